@@ -1,0 +1,55 @@
+// The `orthros` command: the main job (`orthros verify`) and the tools ports use.
+// Subcommands live in cmd_*.cpp and register through command.hpp.
+#include "command.hpp"
+
+#include "orthros/tensor.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <memory>
+
+namespace orthros::cli {
+namespace {
+struct Entry {
+  std::string description;
+  Setup setup;
+};
+std::map<std::string, Entry>& registry() {
+  static std::map<std::string, Entry> r;
+  return r;
+}
+}  // namespace
+
+bool add_command(const std::string& name, const std::string& description, Setup setup) {
+  registry()[name] = Entry{description, std::move(setup)};
+  return true;
+}
+}  // namespace orthros::cli
+
+int main(int argc, char** argv) {
+  using namespace orthros::cli;
+  CLI::App app{"orthros: reference oracle and verification suite for Orthros attention (arXiv 2610.13735)"};
+  app.require_subcommand(1);
+  std::map<std::string, std::function<int()>> actions;
+  for (auto& [name, entry] : registry()) {
+    CLI::App* sub = app.add_subcommand(name, entry.description);
+    actions[name] = entry.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [name, action] : actions)
+      if (app.got_subcommand(name)) return action();
+  } catch (const orthros::Error& e) {
+    std::fprintf(stderr, "orthros: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "orthros: error: %s\n", e.what());
+    return 3;
+  }
+  return 1;
+}
