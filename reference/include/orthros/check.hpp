@@ -1,0 +1,244 @@
+/// \file check.hpp
+/// \brief The SPEC §6 acceptance criterion: does a port's (or a kernel's) output agree with the
+/// float64 oracle closely enough for its dtype?
+///
+/// A port computing in dtype X passes on one output tensor when ALL of these hold (SPEC §6):
+///   1. relative Frobenius error  `‖out − ref‖_F / ‖ref‖_F  ≤ rel_tolerance(X)`
+///      (1e-5 f32, 2e-3 f16, 1e-2 bf16; 1e-12 for f64 — see rel_tolerance());
+///   2. max abs error  `max_i |out_i − ref_i|  ≤  2 · E_X + 1e-6`, where `E_X` is the max abs error
+///      of the oracle itself run at precision X on the same inputs (FlashAttention's criterion:
+///      a kernel may be no worse than a naive implementation at its own precision);
+///   3. no NaN or Inf in `out` (the reference of finite inputs is always finite);
+///   4. `out` has the reference's shape.
+///
+/// `ref` is always the float64 oracle's result on the case's inputs widened exactly to float64.
+/// This header has no file IO: the `orthros check` command, the Python bindings and the GPU
+/// tests all call compare() on flat, row-major float64 buffers (or on Mat<S>).
+#pragma once
+
+#include "orthros/tensor.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace orthros::check {
+
+/// Relative Frobenius tolerance of SPEC §6 for a port computing in `dtype`
+/// ("f64", "f32", "bf16", "f16"). f64 is not in SPEC §6; we use 1e-12, i.e. ~4500 ulp of a
+/// double: a float64 port that only reorders sums stays far below it (our own float64 ports
+/// reach ~1e-16), while any mask or indexing error is orders of magnitude above it.
+/// \throws orthros::Error for an unknown dtype name.
+inline double rel_tolerance(const std::string& dtype) {
+  if (dtype == "f64") return 1e-12;
+  if (dtype == "f32") return 1e-5;
+  if (dtype == "f16") return 2e-3;
+  if (dtype == "bf16") return 1e-2;
+  throw Error("dtype must be one of f64, f32, bf16, f16 (got \"" + dtype + "\")");
+}
+
+/// Absolute slack added to the max-abs bound of SPEC §6 (criterion 2).
+constexpr double kAbsSlack = 1e-6;
+
+/// Max-abs tolerance of SPEC §6: `2 · oracle_at_dtype_maxabs + 1e-6`, where `oracle_at_dtype_maxabs`
+/// is the max abs error of the oracle run at the port's dtype against the float64 oracle
+/// (0 for f64, where the oracle *is* the reference).
+/// \throws orthros::Error if `oracle_at_dtype_maxabs` is negative or not finite.
+inline double abs_tolerance(double oracle_at_dtype_maxabs) {
+  require(std::isfinite(oracle_at_dtype_maxabs) && oracle_at_dtype_maxabs >= 0,
+          "oracle_at_dtype_maxabs must be finite and >= 0 (got ", oracle_at_dtype_maxabs, ")");
+  return 2.0 * oracle_at_dtype_maxabs + kAbsSlack;
+}
+
+/// Everything the checker reports about one output tensor (SPEC §6; issue 3).
+struct TensorReport {
+  std::string name;                  ///< tensor name ("o", "o_out", "lse", "lse_out", ...)
+  std::vector<std::int64_t> shape;   ///< reference shape, e.g. [T, H_q, D]
+  std::string dtype;                 ///< dtype whose tolerance applies
+  bool shape_ok = true;              ///< actual has the reference's shape (criterion 4)
+  double rel_fro = 0;                ///< ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf)
+  double max_abs = 0;                ///< max_i |out_i − ref_i| over finite out_i
+  double max_rel = 0;                ///< max_i |out_i − ref_i| / max(|ref_i|, 1e-6·max|ref|) (informational)
+  std::vector<std::int64_t> worst_index;  ///< multi-index of the max-abs error (first NaN/Inf if any)
+  double worst_actual = 0;           ///< out at worst_index
+  double worst_ref = 0;              ///< ref at worst_index
+  std::int64_t nan_count = 0;        ///< NaNs in out
+  std::int64_t inf_count = 0;        ///< ±Infs in out
+  double rel_tol = 0;                ///< criterion 1 bound
+  double abs_tol = 0;                ///< criterion 2 bound
+  double oracle_at_dtype_maxabs = 0; ///< E_X used for abs_tol
+  bool pass_rel = false;             ///< criterion 1
+  bool pass_abs = false;             ///< criterion 2
+  bool pass_finite = false;          ///< criterion 3
+  bool pass = false;                 ///< all four criteria
+  /// Rows (first index) whose max abs error exceeds abs_tol, or that hold NaN/Inf; at most
+  /// `kMaxBadRows` listed, ascending. Points a porter at the wrong tokens.
+  std::vector<std::int64_t> bad_rows;
+  std::int64_t bad_row_count = 0;    ///< total number of such rows (may exceed bad_rows.size())
+};
+
+/// Most rows listed in TensorReport::bad_rows.
+constexpr std::size_t kMaxBadRows = 16;
+
+/// Row-major multi-index of flat offset `flat` in a tensor of `shape` (empty shape: scalar).
+inline std::vector<std::int64_t> unravel(std::int64_t flat, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> idx(shape.size(), 0);
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    const std::int64_t n = shape[i] > 0 ? shape[i] : 1;
+    idx[i] = flat % n;
+    flat /= n;
+  }
+  return idx;
+}
+
+/// Number of elements of `shape` (1 for a scalar). \throws orthros::Error on a negative extent.
+inline std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto s : shape) {
+    require(s >= 0, "tensor extents must be >= 0 (got ", s, ")");
+    n *= s;
+  }
+  return n;
+}
+
+/// Compares a port's output with the float64 oracle under SPEC §6.
+///
+/// \param name    tensor name, for the report
+/// \param actual  the port's output, flat row-major, widened to float64 (exactly, from any dtype)
+/// \param actual_shape its shape
+/// \param ref     the float64 oracle's output, flat row-major; must be finite
+/// \param ref_shape its shape, e.g. `[T, H_q, D]` for o or `[T, H_q]` for lse
+/// \param dtype   the dtype the port computed in (selects the relative tolerance)
+/// \param oracle_at_dtype_maxabs max abs error of the oracle at `dtype` on this tensor (0 for f64)
+/// \returns the full report; a shape mismatch is reported (shape_ok = false, pass = false), not thrown.
+/// \throws orthros::Error if `ref` is not finite, a buffer size disagrees with its shape, or the
+///   dtype/oracle error are invalid.
+inline TensorReport compare(const std::string& name, const std::vector<double>& actual,
+                            const std::vector<std::int64_t>& actual_shape, const std::vector<double>& ref,
+                            const std::vector<std::int64_t>& ref_shape, const std::string& dtype,
+                            double oracle_at_dtype_maxabs) {
+  TensorReport r;
+  r.name = name;
+  r.shape = ref_shape;
+  r.dtype = dtype;
+  r.rel_tol = rel_tolerance(dtype);
+  r.abs_tol = abs_tolerance(oracle_at_dtype_maxabs);
+  r.oracle_at_dtype_maxabs = oracle_at_dtype_maxabs;
+  require(static_cast<std::int64_t>(ref.size()) == numel(ref_shape), "reference '", name, "' holds ", ref.size(),
+          " values but its shape needs ", numel(ref_shape));
+  require(static_cast<std::int64_t>(actual.size()) == numel(actual_shape), "actual '", name, "' holds ",
+          actual.size(), " values but its shape needs ", numel(actual_shape));
+  if (actual_shape != ref_shape) {
+    r.shape_ok = false;
+    r.rel_fro = r.max_abs = r.max_rel = std::numeric_limits<double>::infinity();
+    return r;  // all pass_* stay false
+  }
+  double ref_max = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    require(std::isfinite(ref[i]), "reference '", name, "' is not finite at flat index ", i);
+    ref_max = std::max(ref_max, std::abs(ref[i]));
+  }
+  const double rel_floor = std::max(1e-6 * ref_max, std::numeric_limits<double>::min());
+  const std::int64_t rows = ref_shape.empty() ? 1 : ref_shape[0];
+  const std::int64_t per_row = rows > 0 ? static_cast<std::int64_t>(ref.size()) / rows : 0;
+
+  double diff2 = 0, ref2 = 0;
+  std::int64_t worst = -1, first_bad = -1;
+  std::int64_t last_bad_row = -1;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double a = actual[i], b = ref[i];
+    ref2 += b * b;
+    const std::int64_t row = per_row > 0 ? static_cast<std::int64_t>(i) / per_row : 0;
+    bool bad = false;
+    if (std::isnan(a)) {
+      ++r.nan_count;
+      bad = true;
+      if (first_bad < 0) first_bad = static_cast<std::int64_t>(i);
+    } else if (std::isinf(a)) {
+      ++r.inf_count;
+      bad = true;
+      if (first_bad < 0) first_bad = static_cast<std::int64_t>(i);
+    } else {
+      const double e = std::abs(a - b);
+      diff2 += e * e;
+      if (worst < 0 || e > r.max_abs) {
+        r.max_abs = e;
+        worst = static_cast<std::int64_t>(i);
+      }
+      r.max_rel = std::max(r.max_rel, e / std::max(std::abs(b), rel_floor));
+      bad = e > r.abs_tol;
+    }
+    if (bad && row != last_bad_row) {
+      ++r.bad_row_count;
+      if (r.bad_rows.size() < kMaxBadRows) r.bad_rows.push_back(row);
+      last_bad_row = row;
+    }
+  }
+  const bool finite = r.nan_count == 0 && r.inf_count == 0;
+  if (!finite) {
+    r.rel_fro = std::numeric_limits<double>::infinity();
+  } else if (ref2 == 0) {
+    r.rel_fro = diff2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  } else {
+    r.rel_fro = std::sqrt(diff2) / std::sqrt(ref2);
+  }
+  const std::int64_t at = first_bad >= 0 ? first_bad : worst;
+  if (at >= 0) {
+    r.worst_index = unravel(at, ref_shape);
+    r.worst_actual = actual[static_cast<std::size_t>(at)];
+    r.worst_ref = ref[static_cast<std::size_t>(at)];
+  }
+  r.pass_finite = finite;
+  r.pass_rel = finite && r.rel_fro <= r.rel_tol;
+  r.pass_abs = finite && r.max_abs <= r.abs_tol;
+  r.pass = r.shape_ok && r.pass_finite && r.pass_rel && r.pass_abs;
+  return r;
+}
+
+/// Flattens a row-major Mat<S> (a `[rows, H*D]` tensor) to float64, exactly.
+template <typename S>
+std::vector<double> to_f64(const Mat<S>& m) {
+  std::vector<double> out(static_cast<std::size_t>(m.size()));
+  for (Eigen::Index i = 0; i < m.size(); ++i) out[static_cast<std::size_t>(i)] = static_cast<double>(m.data()[i]);
+  return out;
+}
+
+/// Max abs difference of two same-shaped matrices, in float64 (for E_X: oracle at dtype vs f64 oracle).
+/// \throws orthros::Error on a shape mismatch.
+template <typename A, typename B>
+double max_abs_diff(const Mat<A>& a, const Mat<B>& b) {
+  require(a.rows() == b.rows() && a.cols() == b.cols(), "max_abs_diff: shapes differ ([", a.rows(), ", ", a.cols(),
+          "] vs [", b.rows(), ", ", b.cols(), "])");
+  double m = 0;
+  for (Eigen::Index i = 0; i < a.size(); ++i)
+    m = std::max(m, std::abs(static_cast<double>(a.data()[i]) - static_cast<double>(b.data()[i])));
+  return m;
+}
+
+/// Convenience overload for Mat tensors `[rows, heads*inner]` reported as `[rows, heads, inner]`
+/// (pass inner = 1 for a `[rows, heads]` LSE). Same criterion and errors as the flat overload.
+template <typename A>
+TensorReport compare(const std::string& name, const Mat<A>& actual, const Mat<double>& ref, int heads, int inner,
+                     const std::string& dtype, double oracle_at_dtype_maxabs) {
+  auto shape_of = [&](Eigen::Index rows, Eigen::Index cols) {
+    std::vector<std::int64_t> s{static_cast<std::int64_t>(rows)};
+    if (inner == 1) {
+      s.push_back(static_cast<std::int64_t>(cols));
+    } else {
+      s.push_back(heads);
+      s.push_back(cols / heads);
+    }
+    return s;
+  };
+  require(heads >= 1 && inner >= 1, "compare: heads and inner must be >= 1 (got ", heads, ", ", inner, ")");
+  require(ref.cols() == Eigen::Index(heads) * inner, "compare: reference '", name, "' has ", ref.cols(),
+          " columns, expected heads*inner = ", heads * inner);
+  auto as = shape_of(actual.rows(), actual.cols());
+  if (inner != 1 && actual.cols() % heads != 0) as = {actual.rows(), actual.cols()};
+  return compare(name, to_f64(actual), as, to_f64(ref), shape_of(ref.rows(), ref.cols()), dtype,
+                 oracle_at_dtype_maxabs);
+}
+
+}  // namespace orthros::check

@@ -1,0 +1,242 @@
+// Unit and property tests of the SPEC §6 checker (reference/include/orthros/check.hpp).
+#include "orthros/attention.hpp"
+#include "orthros/check.hpp"
+#include "orthros_testing.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace oc = orthros::check;
+using orthros::Mat;
+using orthros::testing::random_mat;
+using orthros::testing::Rng;
+
+namespace {
+
+std::vector<double> random_vec(std::size_t n, Rng& rng) {
+  std::vector<double> v(n);
+  for (auto& x : v) x = orthros::testing::nonzero_uniform(rng, 2.0);
+  return v;
+}
+
+double frob(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+TEST(CheckTolerance, RelativeToleranceFollowsSpec6) {
+  EXPECT_EQ(oc::rel_tolerance("f32"), 1e-5);
+  EXPECT_EQ(oc::rel_tolerance("f16"), 2e-3);
+  EXPECT_EQ(oc::rel_tolerance("bf16"), 1e-2);
+  EXPECT_EQ(oc::rel_tolerance("f64"), 1e-12);
+  EXPECT_THROW(oc::rel_tolerance("fp8"), orthros::Error);
+}
+
+TEST(CheckTolerance, AbsToleranceIsTwiceOracleErrorPlusSlack) {
+  EXPECT_EQ(oc::abs_tolerance(0.0), 1e-6);
+  EXPECT_EQ(oc::abs_tolerance(0.25), 0.5 + 1e-6);
+  EXPECT_THROW(oc::abs_tolerance(-1.0), orthros::Error);
+  EXPECT_THROW(oc::abs_tolerance(std::nan("")), orthros::Error);
+}
+
+TEST(CheckUnravel, RowMajorMultiIndex) {
+  // [2,3,4]: flat 23 = 1*12 + 2*4 + 3.
+  EXPECT_EQ(oc::unravel(23, {2, 3, 4}), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(oc::unravel(5, {2, 3, 4}), (std::vector<std::int64_t>{0, 1, 1}));
+}
+
+TEST(CheckCompare, IdenticalTensorsPassWithZeroError) {
+  const std::uint64_t seed = 11;
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Rng rng(seed);
+  auto ref = random_vec(5 * 3 * 4, rng);
+  auto r = oc::compare("o", ref, {5, 3, 4}, ref, {5, 3, 4}, "f32", 0.0);
+  EXPECT_TRUE(r.pass);
+  EXPECT_EQ(r.rel_fro, 0.0);
+  EXPECT_EQ(r.max_abs, 0.0);
+  EXPECT_EQ(r.nan_count, 0);
+  EXPECT_TRUE(r.bad_rows.empty());
+}
+
+TEST(CheckCompare, SinglePerturbationIsLocatedAndMeasured) {
+  const std::uint64_t seed = 12;
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Rng rng(seed);
+  const std::vector<std::int64_t> shape{6, 2, 8};
+  auto ref = random_vec(6 * 2 * 8, rng);
+  auto act = ref;
+  const std::size_t at = 4 * 16 + 1 * 8 + 5;  // [4, 1, 5]
+  const double delta = 0.125;                  // exact in binary: the error is exactly delta
+  act[at] += delta;
+  auto r = oc::compare("o", act, shape, ref, shape, "bf16", 0.01);
+  EXPECT_EQ(r.max_abs, delta);
+  EXPECT_EQ(r.worst_index, (std::vector<std::int64_t>{4, 1, 5}));
+  EXPECT_EQ(r.worst_ref, ref[at]);
+  EXPECT_EQ(r.worst_actual, act[at]);
+  EXPECT_NEAR(r.rel_fro, delta / frob(ref), 1e-15);
+  EXPECT_NEAR(r.max_rel, delta / std::abs(ref[at]), 1e-15);
+  // abs bound 2*0.01 + 1e-6 < 0.125: fails criterion 2 only at row 4.
+  EXPECT_FALSE(r.pass_abs);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.bad_rows, (std::vector<std::int64_t>{4}));
+  EXPECT_EQ(r.bad_row_count, 1);
+}
+
+TEST(CheckCompare, AbsBoundSeparatesJustBelowFromJustAbove) {
+  const std::vector<std::int64_t> shape{2, 2};
+  const std::vector<double> ref{1.5, -2.0, 0.75, 3.0};
+  const double e_x = 0.5;  // abs_tol = 2*0.5 + 1e-6
+  const double tol = oc::abs_tolerance(e_x);
+  auto act = ref;
+  act[2] = ref[2] + tol * (1 - 1e-9);  // error below the bound (rounding of the sum is ~1e-16)
+  auto r = oc::compare("lse", act, shape, ref, shape, "bf16", e_x);
+  EXPECT_TRUE(r.pass_abs) << r.max_abs << " vs " << r.abs_tol;
+  act[2] = ref[2] + tol * (1 + 1e-9);  // error above the bound
+  r = oc::compare("lse", act, shape, ref, shape, "bf16", e_x);
+  EXPECT_FALSE(r.pass_abs) << r.max_abs << " vs " << r.abs_tol;
+  EXPECT_EQ(r.bad_rows, (std::vector<std::int64_t>{1}));
+}
+
+TEST(CheckCompare, RelativeCriterionAloneCanFail) {
+  // Uniform error 1e-4 on values of magnitude ~1: abs passes with a generous E_X, rel (f32: 1e-5) fails.
+  const std::uint64_t seed = 13;
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Rng rng(seed);
+  const std::vector<std::int64_t> shape{8, 4};
+  auto ref = random_vec(32, rng);
+  std::vector<double> act(ref);
+  for (auto& x : act) x *= 1 + 1e-4;  // rel_fro = 1e-4 exactly up to rounding
+  auto r = oc::compare("o", act, shape, ref, shape, "f32", 1.0);
+  EXPECT_TRUE(r.pass_abs);
+  EXPECT_NEAR(r.rel_fro, 1e-4, 1e-12);
+  EXPECT_FALSE(r.pass_rel);
+  EXPECT_FALSE(r.pass);
+}
+
+TEST(CheckCompare, NanAndInfNeverPass) {
+  const std::uint64_t seed = 14;
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Rng rng(seed);
+  const std::vector<std::int64_t> shape{4, 2, 2};
+  auto ref = random_vec(16, rng);
+  auto act = ref;
+  act[9] = std::numeric_limits<double>::quiet_NaN();  // [2,0,1]
+  act[14] = std::numeric_limits<double>::infinity();  // [3,1,0]
+  auto r = oc::compare("o", act, shape, ref, shape, "bf16", 1e9);  // huge E_X: only NaN/Inf can fail it
+  EXPECT_EQ(r.nan_count, 1);
+  EXPECT_EQ(r.inf_count, 1);
+  EXPECT_FALSE(r.pass_finite);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.worst_index, (std::vector<std::int64_t>{2, 0, 1}));  // first non-finite
+  EXPECT_EQ(r.bad_rows, (std::vector<std::int64_t>{2, 3}));
+}
+
+TEST(CheckCompare, ShapeMismatchFailsWithoutThrowing) {
+  std::vector<double> ref{1, 2, 3, 4, 5, 6};
+  auto r = oc::compare("o", ref, {3, 2}, ref, {2, 3}, "f32", 0.0);
+  EXPECT_FALSE(r.shape_ok);
+  EXPECT_FALSE(r.pass);
+}
+
+TEST(CheckCompare, BadArgumentsThrow) {
+  std::vector<double> ref{1, 2, 3};
+  EXPECT_THROW(oc::compare("o", ref, {4}, ref, {3}, "f32", 0.0), orthros::Error);  // size vs shape
+  std::vector<double> bad{1, std::nan(""), 3};
+  EXPECT_THROW(oc::compare("o", ref, {3}, bad, {3}, "f32", 0.0), orthros::Error);  // non-finite reference
+  EXPECT_THROW(oc::compare("o", ref, {3}, ref, {3}, "int8", 0.0), orthros::Error);
+}
+
+TEST(CheckCompare, EmptyTensorPasses) {
+  // T_out = 0 (a prefill chunk that is not the last): o_out is [0, H, D] and trivially agrees.
+  std::vector<double> none;
+  auto r = oc::compare("o_out", none, {0, 4, 16}, none, {0, 4, 16}, "f32", 0.0);
+  EXPECT_TRUE(r.pass);
+}
+
+// The oracle run at a kernel's own precision passes its own criterion, for every dtype and for
+// both outputs and LSEs: the criterion is never stricter than a naive implementation.
+template <typename S>
+void oracle_at_dtype_passes(std::uint64_t seed) {
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " dtype=" + orthros::dtype_name<S>());
+  Rng rng(seed);
+  const orthros::AttentionDims dims{8, 2, 32};
+  const int T = 24, P = 5, T_out = 3;
+  auto q = random_mat<double>(T, 8 * 32, rng), k = random_mat<double>(P + T, 2 * 32, rng),
+       v = random_mat<double>(P + T, 2 * 32, rng), qo = random_mat<double>(T_out, 8 * 32, rng);
+  // Round inputs to S, then widen: both oracles see identical inputs.
+  Mat<S> qs = q.cast<S>(), ks = k.cast<S>(), vs = v.cast<S>(), qos = qo.cast<S>();
+  orthros::AttentionOptions opt;
+  opt.window = 6;
+  auto ref = orthros::orthros_attention<double>(qs.template cast<double>(), ks.template cast<double>(),
+                                                vs.template cast<double>(), qos.template cast<double>(), dims, opt);
+  auto low = orthros::orthros_attention<S>(qs, ks, vs, qos, dims, opt);
+  const std::string dt = orthros::dtype_name<S>();
+  auto ro = oc::compare("o", low.o, ref.o, 8, 32, dt, oc::max_abs_diff(low.o, ref.o));
+  auto rl = oc::compare("lse", low.lse, ref.lse, 8, 1, dt, oc::max_abs_diff(low.lse, ref.lse));
+  auto roo = oc::compare("o_out", low.o_out, ref.o_out, 8, 32, dt, oc::max_abs_diff(low.o_out, ref.o_out));
+  EXPECT_TRUE(ro.pass) << "rel " << ro.rel_fro << " abs " << ro.max_abs;
+  EXPECT_TRUE(rl.pass) << "rel " << rl.rel_fro << " abs " << rl.max_abs;
+  EXPECT_TRUE(roo.pass) << "rel " << roo.rel_fro << " abs " << roo.max_abs;
+  EXPECT_EQ(ro.shape, (std::vector<std::int64_t>{T, 8, 32}));
+  EXPECT_EQ(rl.shape, (std::vector<std::int64_t>{T, 8}));
+  if constexpr (!std::is_same_v<S, double>) {
+    EXPECT_GT(ro.max_abs, 0.0);  // really a lower precision
+  }
+}
+
+TEST(CheckOracle, OracleAtF32Passes) { oracle_at_dtype_passes<float>(21); }
+TEST(CheckOracle, OracleAtBf16Passes) { oracle_at_dtype_passes<Eigen::bfloat16>(22); }
+TEST(CheckOracle, OracleAtF16Passes) { oracle_at_dtype_passes<Eigen::half>(23); }
+TEST(CheckOracle, OracleAtF64Passes) { oracle_at_dtype_passes<double>(24); }
+
+// Property: a window that is one too wide (w+1 instead of w, the classic `(w, 0)` vs `(w-1, 0)`
+// mistake) fails the f32 criterion, and the reported bad rows are exactly the rows that see an
+// extra key: 0-based rows i with P + i >= w (absolute position t = P+i+1 > w).
+RC_GTEST_PROP(CheckProperty, WindowOffByOneIsCaughtAtTheRightRows, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  const int w = *rc::gen::inRange(1, 9);
+  const int T = *rc::gen::inRange(1, 24);
+  const int P = *rc::gen::inRange(0, 6);
+  const int Hkv = *rc::gen::element(1, 2);
+  const int Hq = Hkv * *rc::gen::element(1, 3);
+  const int D = *rc::gen::element(4, 8);
+  Rng rng(seed);
+  const orthros::AttentionDims dims{Hq, Hkv, D};
+  auto q = random_mat<double>(T, Hq * D, rng), k = random_mat<double>(P + T, Hkv * D, rng),
+       v = random_mat<double>(P + T, Hkv * D, rng), qo = random_mat<double>(1, Hq * D, rng);
+  orthros::AttentionOptions good, bad;
+  good.window = w;
+  bad.window = w + 1;
+  auto ref = orthros::orthros_attention<double>(q, k, v, qo, dims, good);
+  auto wrong = orthros::orthros_attention<double>(q, k, v, qo, dims, bad);
+  auto r = oc::compare("o", wrong.o, ref.o, Hq, D, "f32", 0.0);
+  std::vector<std::int64_t> expect;
+  for (int i = 0; i < T; ++i)
+    if (P + i >= w) expect.push_back(i);
+  if (expect.size() > oc::kMaxBadRows) expect.resize(oc::kMaxBadRows);
+  RC_ASSERT(r.bad_rows == expect);
+  RC_ASSERT(r.pass == expect.empty());
+  // Output queries have full attention: the window does not touch them.
+  auto ro = oc::compare("o_out", wrong.o_out, ref.o_out, Hq, D, "f32", 0.0);
+  RC_ASSERT(ro.pass);
+}
+
+// Property: compare(x, x) passes with zero error for any shape and dtype tolerance.
+RC_GTEST_PROP(CheckProperty, SelfComparisonAlwaysPasses, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  const int a = *rc::gen::inRange(0, 7), b = *rc::gen::inRange(1, 5), c = *rc::gen::inRange(1, 9);
+  const std::string dt = *rc::gen::element<std::string>("f64", "f32", "bf16", "f16");
+  Rng rng(seed);
+  auto x = random_vec(static_cast<std::size_t>(a * b * c), rng);
+  auto r = oc::compare("o", x, {a, b, c}, x, {a, b, c}, dt, 0.0);
+  RC_ASSERT(r.pass);
+  RC_ASSERT(r.max_abs == 0.0);
+  RC_ASSERT(r.rel_fro == 0.0);
+}
