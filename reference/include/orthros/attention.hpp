@@ -173,8 +173,11 @@ AttentionResult<S> orthros_attention(const Mat<S>& q, const Mat<S>& k, const Mat
   r.lse.resize(T, Hq);
   r.lse_out.resize(T_out, Hq);
 
+  // Threads only where there is enough work: a decode step's single base query (w keys) stays serial.
+  const bool parallel_base = T * Hq * std::min<Index>(opt.window, P + T) * D >= (Index(1) << 20);
+  const bool parallel_out = T_out * Hq * (P + T) * D >= (Index(1) << 20);
   // Base stream: o_t = softmax_{j in [max(1,t-w+1), t]}(q_t.k_j s) v_j   (paper Eq. 2, left)
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_base)
   for (Index i = 0; i < T; ++i)
     for (int h = 0; h < Hq; ++h) {
       const Index t = P + i;  // 0-based cache row of this token
@@ -183,7 +186,7 @@ AttentionResult<S> orthros_attention(const Mat<S>& q, const Mat<S>& k, const Mat
                     r.o.data() + i * r.o.cols() + Index(h) * D, &r.lse(i, h));
     }
   // Output stream: o'_t = softmax_{j in [1, t]}(q'_t.k_j s) v_j for the last T_out positions (Eq. 2, right)
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_out)
   for (Index i = 0; i < T_out; ++i)
     for (int h = 0; h < Hq; ++h) {
       const Index t = P + (T - T_out) + i;
