@@ -1,0 +1,405 @@
+// Python bindings of the Orthros CPU oracle (issue 3): module `orthros`.
+//
+// Tensors are NumPy arrays in the layout of SPEC §5: q [T, H_q, D], k/v [P+T, H_kv, D],
+// q_out [T_out, H_q, D]; o [T, H_q, D], lse [T, H_q]. Every orthros::Error surfaces as
+// orthros.Error, a subclass of ValueError carrying the C++ message unchanged.
+#include "orthros/attention.hpp"
+#include "orthros/check.hpp"
+#include "orthros/configs.hpp"
+#include "orthros/model.hpp"
+#include "orthros/regimes.hpp"
+#include "orthros/rope.hpp"
+#include "orthros/tensor.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+using orthros::Mat;
+using orthros::require;
+
+namespace {
+
+// ---- NumPy <-> Mat --------------------------------------------------------------------
+
+/// Shape of a NumPy array as int64s.
+std::vector<std::int64_t> shape_of(const py::array& a) {
+  std::vector<std::int64_t> s;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<std::int64_t>(a.shape(i)));
+  return s;
+}
+
+std::string shape_str(const py::array& a) {
+  std::string s = "[";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + "]";
+}
+
+/// Name of the array's dtype ("f64", "f32", "f16") or throws for anything else.
+std::string np_dtype(const py::array& a, const char* name) {
+  const py::dtype dt = a.dtype();
+  if (dt.is(py::dtype::of<double>())) return "f64";
+  if (dt.is(py::dtype::of<float>())) return "f32";
+  if (dt.kind() == 'f' && dt.itemsize() == 2) return "f16";
+  throw orthros::Error(std::string(name) + " must be a float64, float32 or float16 array (got dtype " +
+                       py::str(static_cast<const py::handle&>(dt)).cast<std::string>() + ")");
+}
+
+/// Copies a `[rows, H, D]` NumPy array (any float dtype, any strides) into Mat<S> `[rows, H*D]`,
+/// rounding to S (round to nearest even; exact when the values are representable in S).
+template <typename S>
+Mat<S> to_mat3(const py::array& a, const char* name, std::int64_t heads, std::int64_t dim) {
+  require(a.ndim() == 3, name, " must be a 3-d array [rows, heads, head_dim]; got shape ", shape_str(a));
+  if (heads >= 0)
+    require(a.shape(1) == heads, name, " must have ", heads, " heads (axis 1); got shape ", shape_str(a));
+  if (dim >= 0) require(a.shape(2) == dim, name, " must have head_dim ", dim, " (axis 2); got shape ", shape_str(a));
+  Mat<S> m(a.shape(0), a.shape(1) * a.shape(2));
+  const std::string dt = np_dtype(a, name);
+  auto fill = [&](auto tag) {
+    using T = decltype(tag);
+    auto c = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
+    const T* p = c.data();
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<S>(static_cast<double>(p[i]));
+  };
+  if (dt == "f64") fill(double{});
+  else if (dt == "f32") fill(float{});
+  else {  // f16: read the raw bits through Eigen::half
+    auto c = py::array::ensure(a, py::array::c_style);
+    const auto* p = static_cast<const std::uint16_t*>(c.data());
+    for (Eigen::Index i = 0; i < m.size(); ++i)
+      m.data()[i] = static_cast<S>(static_cast<double>(Eigen::numext::bit_cast<Eigen::half>(p[i])));
+  }
+  return m;
+}
+
+/// Mat<S> `[rows, H*inner]` -> NumPy `[rows, H, inner]` (or `[rows, H]` when inner == 0) in the
+/// nearest NumPy dtype: f64 -> float64, f32/bf16 -> float32 (exact), f16 -> float16.
+template <typename S>
+py::array from_mat(const Mat<S>& m, std::int64_t heads, std::int64_t inner) {
+  std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(m.rows())};
+  if (inner > 0) {
+    shape.push_back(static_cast<py::ssize_t>(heads));
+    shape.push_back(static_cast<py::ssize_t>(inner));
+  } else {
+    shape.push_back(static_cast<py::ssize_t>(m.cols()));
+  }
+  if constexpr (std::is_same_v<S, double> || std::is_same_v<S, float>) {
+    py::array_t<S> out(shape);
+    std::memcpy(out.mutable_data(), m.data(), sizeof(S) * static_cast<size_t>(m.size()));
+    return std::move(out);
+  } else if constexpr (std::is_same_v<S, Eigen::half>) {
+    py::array out(py::dtype("float16"), shape);
+    std::memcpy(out.mutable_data(), m.data(), 2 * static_cast<size_t>(m.size()));
+    return out;
+  } else {
+    py::array_t<float> out(shape);
+    for (Eigen::Index i = 0; i < m.size(); ++i) out.mutable_data()[i] = static_cast<float>(m.data()[i]);
+    return std::move(out);
+  }
+}
+
+/// Flat float64 copy of any float NumPy array.
+std::vector<double> flat_f64(const py::array& a, const char* name) {
+  const std::string dt = np_dtype(a, name);
+  std::vector<double> out(static_cast<size_t>(a.size()));
+  if (dt == "f64") {
+    auto c = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+    std::memcpy(out.data(), c.data(), sizeof(double) * out.size());
+  } else if (dt == "f32") {
+    auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = c.data()[i];
+  } else {
+    auto c = py::array::ensure(a, py::array::c_style);
+    const auto* p = static_cast<const std::uint16_t*>(c.data());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(Eigen::numext::bit_cast<Eigen::half>(p[i]));
+  }
+  return out;
+}
+
+// ---- attention ----------------------------------------------------------------------
+
+template <typename S>
+py::dict attention_at(const py::array& q, const py::array& k, const py::array& v, const py::array& q_out,
+                      std::int64_t window, std::optional<double> scale) {
+  require(q.ndim() == 3, "q must be a 3-d array [T, H_q, D]; got shape ", shape_str(q));
+  require(k.ndim() == 3, "k must be a 3-d array [P+T, H_kv, D]; got shape ", shape_str(k));
+  const std::int64_t Hq = q.shape(1), D = q.shape(2), Hkv = k.shape(1);
+  Mat<S> mq = to_mat3<S>(q, "q", Hq, D), mk = to_mat3<S>(k, "k", Hkv, D), mv = to_mat3<S>(v, "v", Hkv, D),
+         mqo = to_mat3<S>(q_out, "q_out", Hq, D);
+  orthros::AttentionResult<S> r;
+  {
+    py::gil_scoped_release release;
+    r = orthros::orthros_attention<S>(mq, mk, mv, mqo,
+                                      orthros::AttentionDims{static_cast<int>(Hq), static_cast<int>(Hkv),
+                                                             static_cast<int>(D)},
+                                      orthros::AttentionOptions{window, scale});
+  }
+  py::dict out;
+  out["o"] = from_mat(r.o, Hq, D);
+  out["o_out"] = from_mat(r.o_out, Hq, D);
+  out["lse"] = from_mat(r.lse, Hq, 0);
+  out["lse_out"] = from_mat(r.lse_out, Hq, 0);
+  return out;
+}
+
+py::dict attention(const py::array& q, const py::array& k, const py::array& v, const py::array& q_out,
+                   std::int64_t window, std::optional<double> scale, std::optional<std::string> precision) {
+  const std::string p = precision ? *precision : np_dtype(q, "q");
+  if (p == "f64") return attention_at<double>(q, k, v, q_out, window, scale);
+  if (p == "f32") return attention_at<float>(q, k, v, q_out, window, scale);
+  if (p == "bf16") return attention_at<Eigen::bfloat16>(q, k, v, q_out, window, scale);
+  if (p == "f16") return attention_at<Eigen::half>(q, k, v, q_out, window, scale);
+  throw orthros::Error("precision must be one of f64, f32, bf16, f16 (got \"" + p + "\")");
+}
+
+// ---- SPEC §6 check -------------------------------------------------------------------
+
+py::dict report_dict(const orthros::check::TensorReport& r) {
+  py::dict d;
+  d["name"] = r.name;
+  d["shape"] = r.shape;
+  d["dtype"] = r.dtype;
+  d["shape_ok"] = r.shape_ok;
+  d["rel_fro"] = r.rel_fro;
+  d["max_abs"] = r.max_abs;
+  d["max_rel"] = r.max_rel;
+  d["worst_index"] = r.worst_index;
+  d["worst_actual"] = r.worst_actual;
+  d["worst_ref"] = r.worst_ref;
+  d["nan_count"] = r.nan_count;
+  d["inf_count"] = r.inf_count;
+  d["rel_tol"] = r.rel_tol;
+  d["abs_tol"] = r.abs_tol;
+  d["oracle_at_dtype_maxabs"] = r.oracle_at_dtype_maxabs;
+  d["pass_rel"] = r.pass_rel;
+  d["pass_abs"] = r.pass_abs;
+  d["pass_finite"] = r.pass_finite;
+  d["bad_rows"] = r.bad_rows;
+  d["bad_row_count"] = r.bad_row_count;
+  d["pass"] = r.pass;
+  return d;
+}
+
+py::dict check_tensor(const py::array& actual, const py::array& reference, const std::string& dtype,
+                      double oracle_at_dtype_maxabs, const std::string& name) {
+  return report_dict(orthros::check::compare(name, flat_f64(actual, "actual"), shape_of(actual),
+                                             flat_f64(reference, "reference"), shape_of(reference), dtype,
+                                             oracle_at_dtype_maxabs));
+}
+
+/// Runs the float64 oracle and the oracle at `dtype` on the case, then SPEC §6 on each of the
+/// four outputs of `result` (a mapping with o, o_out, lse, lse_out).
+py::dict check_attention(const py::object& result, const py::array& q, const py::array& k, const py::array& v,
+                         const py::array& q_out, std::int64_t window, std::optional<double> scale,
+                         const std::string& dtype) {
+  orthros::check::rel_tolerance(dtype);  // validates the name
+  // Inputs as the port saw them: rounded to its dtype, then widened exactly for the f64 oracle.
+  py::dict low = attention(q, k, v, q_out, window, scale, dtype);
+  py::dict rounded;  // inputs rounded to dtype: round-trip through the oracle's own conversion
+  {
+    auto round = [&](const py::array& a, const char* n) -> py::array {
+      const std::int64_t H = a.ndim() == 3 ? a.shape(1) : -1, Dd = a.ndim() == 3 ? a.shape(2) : -1;
+      if (dtype == "f64") return from_mat(to_mat3<double>(a, n, H, Dd), H, Dd);
+      if (dtype == "f32") return from_mat(to_mat3<float>(a, n, H, Dd), H, Dd);
+      if (dtype == "bf16") return from_mat(to_mat3<Eigen::bfloat16>(a, n, H, Dd), H, Dd);
+      return from_mat(to_mat3<Eigen::half>(a, n, H, Dd), H, Dd);
+    };
+    rounded["q"] = round(q, "q");
+    rounded["k"] = round(k, "k");
+    rounded["v"] = round(v, "v");
+    rounded["q_out"] = round(q_out, "q_out");
+  }
+  py::dict ref = attention(rounded["q"].cast<py::array>(), rounded["k"].cast<py::array>(),
+                           rounded["v"].cast<py::array>(), rounded["q_out"].cast<py::array>(), window, scale,
+                           std::string("f64"));
+  py::dict tensors;
+  bool all = true;
+  for (const char* name : {"o", "o_out", "lse", "lse_out"}) {
+    require(py::hasattr(result, "__getitem__") && result.attr("__contains__")(name).cast<bool>(),
+            "result must contain '", name, "'");
+    py::array act = py::array::ensure(result[name]);
+    require(static_cast<bool>(act), "result['", name, "'] is not an array");
+    const std::vector<double> r64 = flat_f64(ref[name].cast<py::array>(), name);
+    const std::vector<double> l64 = flat_f64(low[name].cast<py::array>(), name);
+    double e = 0;
+    for (size_t i = 0; i < r64.size(); ++i) e = std::max(e, std::abs(l64[i] - r64[i]));
+    auto rep = orthros::check::compare(name, flat_f64(act, name), shape_of(act), r64,
+                                       shape_of(ref[name].cast<py::array>()), dtype, e);
+    all = all && rep.pass;
+    tensors[name] = report_dict(rep);
+  }
+  py::dict out;
+  out["pass"] = all;
+  out["dtype"] = dtype;
+  out["tensors"] = tensors;
+  return out;
+}
+
+// ---- model and regimes ---------------------------------------------------------------
+
+template <typename S>
+struct PyCache {
+  orthros::ModelCache<S> cache;
+};
+
+template <typename S>
+struct PyModel {
+  orthros::ModelConfig config;
+  orthros::ModelWeights<S> weights;
+  PyModel(const std::string& name, int d_model, int num_layers, std::uint64_t seed)
+      : config(orthros::model_config(name, d_model, num_layers)),
+        weights(orthros::random_weights<S>(config, seed)) {}
+};
+
+template <typename S>
+void bind_model(py::module_& m, const char* model_name, const char* cache_name) {
+  using M = PyModel<S>;
+  using C = PyCache<S>;
+  py::class_<C>(m, cache_name, "Per-sequence KV cache of every layer (never evicted).")
+      .def_property_readonly("length", [](const C& c) { return c.cache.length(); },
+                             "P: number of positions already cached")
+      .def(
+          "layer_kv",
+          [](const C& c, int layer) {
+            require(layer >= 0 && layer < static_cast<int>(c.cache.layers.size()), "layer must be in [0, ",
+                    c.cache.layers.size(), ") (got ", layer, ")");
+            const auto& l = c.cache.layers[static_cast<size_t>(layer)];
+            const std::int64_t cols = l.k.cols();
+            return py::make_tuple(from_mat(l.k, cols, 0), from_mat(l.v, cols, 0));
+          },
+          py::arg("layer"), "Post-RoPE keys and values of one layer, each [P, H_kv*D].");
+  py::class_<M>(m, model_name,
+                "Seeded byte-level Orthros Transformer with a named configuration's attention shapes (SPEC §3, §7).")
+      .def(py::init<const std::string&, int, int, std::uint64_t>(), py::arg("config") = "tiny",
+           py::arg("d_model") = 32, py::arg("num_layers") = 2, py::arg("seed") = 0)
+      .def_property_readonly("vocab_size", [](const M& s) { return s.config.vocab_size; })
+      .def_property_readonly("window", [](const M& s) { return s.config.attn.window; })
+      .def("new_cache", [](const M& s) { return C{orthros::empty_cache<S>(s.config)}; }, "An empty cache (P = 0).")
+      .def(
+          "pretrain",
+          [](const M& s, const std::vector<int>& tokens) {
+            py::gil_scoped_release r;
+            Mat<S> l = orthros::pretrain<S>(s.weights, s.config, tokens);
+            py::gil_scoped_acquire a;
+            return from_mat(l, 0, 0);
+          },
+          py::arg("tokens"), "Pre-training (T_out = T): logits [T, V].")
+      .def(
+          "sft",
+          [](const M& s, const std::vector<int>& tokens, std::int64_t t_out) {
+            return from_mat(orthros::sft<S>(s.weights, s.config, tokens, t_out), 0, 0);
+          },
+          py::arg("tokens"), py::arg("t_out"), "SFT: logits of the last t_out positions [t_out, V].")
+      .def(
+          "prefill",
+          [](const M& s, const std::vector<int>& prompt, C& cache) {
+            return from_mat(orthros::prefill<S>(s.weights, s.config, prompt, cache.cache), 0, 0);
+          },
+          py::arg("prompt"), py::arg("cache"), "Prefill (T_out = 1), continuing `cache`: logits [1, V].")
+      .def(
+          "prefill_chunk",
+          [](const M& s, const std::vector<int>& chunk, C& cache) {
+            orthros::prefill_chunk<S>(s.weights, s.config, chunk, cache.cache);
+          },
+          py::arg("chunk"), py::arg("cache"), "A prefill chunk that is not the last (T_out = 0).")
+      .def(
+          "prefill_chunked",
+          [](const M& s, const std::vector<int>& prompt, const std::vector<Eigen::Index>& sizes, C& cache) {
+            return from_mat(orthros::prefill_chunked<S>(s.weights, s.config, prompt, sizes, cache.cache), 0, 0);
+          },
+          py::arg("prompt"), py::arg("chunk_sizes"), py::arg("cache"), "Chunked prefill: logits [1, V].")
+      .def(
+          "decode_step",
+          [](const M& s, int token, C& cache) {
+            return from_mat(orthros::decode_step<S>(s.weights, s.config, token, cache.cache), 0, 0);
+          },
+          py::arg("token"), py::arg("cache"), "One decode pair: logits [1, V] at the new position.")
+      .def(
+          "decode_batch",
+          [](const M& s, const std::vector<int>& tokens, std::vector<C*> caches) {
+            std::vector<orthros::ModelCache<S>*> cs;
+            for (C* c : caches) {
+              require(c != nullptr, "decode_batch: caches must not contain None");
+              cs.push_back(&c->cache);
+            }
+            return from_mat(orthros::decode_batch<S>(s.weights, s.config, tokens, cs), 0, 0);
+          },
+          py::arg("tokens"), py::arg("caches"), "Ragged batched decode: logits [B, V].");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(orthros, m) {
+  m.doc() = "Orthros attention CPU oracle (arXiv 2610.13735): attention operator, SPEC §6 checker, model regimes";
+  static py::exception<orthros::Error> error(m, "Error", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const orthros::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"), py::arg("window"),
+        py::arg("scale") = py::none(), py::arg("precision") = py::none(),
+        R"doc(The Orthros attention operator (paper Eq. 2; SPEC §2, §5).
+
+q [T, H_q, D], k and v [P+T, H_kv, D], q_out [T_out, H_q, D]: float64, float32 or float16.
+window >= 1 (keys, current token included); scale defaults to 1/sqrt(D).
+precision: None (the inputs' dtype) or "f64"/"f32"/"bf16"/"f16": the oracle at that precision
+(inputs rounded to it). Returns a dict with o [T, H_q, D], o_out [T_out, H_q, D], lse [T, H_q],
+lse_out [T_out, H_q] (natural log). Raises orthros.Error (a ValueError) on bad input.)doc");
+  m.def("check", &check_tensor, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
+        py::arg("oracle_at_dtype_maxabs") = 0.0, py::arg("name") = "out",
+        "SPEC §6 on one tensor against a float64 reference; returns the report as a dict (key 'pass').");
+  m.def("check_attention", &check_attention, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("q_out"), py::arg("window"), py::arg("scale") = py::none(), py::arg("dtype") = "f32",
+        R"doc(Checks a port's attention outputs under SPEC §6.
+
+result: mapping with o, o_out, lse, lse_out (any float dtype). The inputs are rounded to `dtype`
+(as the port saw them), the float64 oracle and the oracle at `dtype` are run, and each tensor is
+compared. Returns {'pass': bool, 'dtype': str, 'tensors': {name: report}}. One assert:
+    assert orthros.check_attention(out, q, k, v, q_out, window=w, dtype="bf16")["pass"])doc");
+  m.def("rel_tolerance", &orthros::check::rel_tolerance, py::arg("dtype"),
+        "Relative Frobenius tolerance of SPEC §6 for dtype f64/f32/bf16/f16.");
+  m.def(
+      "rope",
+      [](const py::array& x, const std::vector<std::int64_t>& positions, double theta) {
+        require(x.ndim() == 3, "x must be [T, H, D]; got shape ", shape_str(x));
+        Mat<double> m = to_mat3<double>(x, "x", -1, -1);
+        const int D = static_cast<int>(x.shape(2)), H = static_cast<int>(x.shape(1));
+        require(D % 2 == 0, "head_dim must be even for RoPE (got ", D, ")");
+        require(static_cast<std::int64_t>(positions.size()) == m.rows(), "positions must have one entry per row (",
+                m.rows(), "); got ", positions.size());
+        for (Eigen::Index r = 0; r < m.rows(); ++r)
+          for (int h = 0; h < H; ++h) orthros::apply_rope(m.data() + r * m.cols() + h * D, D, positions[r], theta);
+        return from_mat(m, H, D);
+      },
+      py::arg("x"), py::arg("positions"), py::arg("theta"),
+      "Rotate-half RoPE (SPEC §2) of x [T, H, D] at 0-based positions (float64). An output-specific "
+      "query takes its base token's position.");
+  m.def(
+      "attention_config",
+      [](const std::string& name) {
+        const auto a = orthros::attention_config(name);
+        py::dict d;
+        d["num_q_heads"] = a.num_q_heads;
+        d["num_kv_heads"] = a.num_kv_heads;
+        d["head_dim"] = a.head_dim;
+        d["window"] = a.window;
+        d["rope_theta"] = a.rope_theta;
+        d["qk_norm"] = a.qk_norm;
+        return d;
+      },
+      py::arg("name"), "Attention shapes of a SPEC §7 configuration (qwen3-8b, llama3.1-8b, tiny).");
+
+  bind_model<double>(m, "Model", "Cache");
+  bind_model<float>(m, "ModelF32", "CacheF32");
+}

@@ -1,0 +1,176 @@
+"""Tests of the `orthros` Python module (reference/python): the operator against an independent
+NumPy transcription of SPEC §2, the SPEC §6 checker, the regime entry points, and the errors.
+
+Run by ctest (label unit) with Debian's /usr/bin/python3 and PYTHONPATH=<build>/python.
+Every random input is seeded; the seed is in each assertion message.
+"""
+import unittest
+
+import numpy as np
+
+import orthros
+
+
+def nonzero(rng, shape, amp=1.0):
+    """Uniform in [-amp, -0.05 amp] U [0.05 amp, amp]: never zero, never tiny."""
+    mag = rng.uniform(0.05, 1.0, size=shape) * amp
+    return np.where(rng.random(shape) < 0.5, -mag, mag)
+
+
+def transcription(q, k, v, q_out, window, scale=None):
+    """SPEC §2 as a dense masked softmax in float64 (deliberately unlike the C++ row loop)."""
+    T, Hq, D = q.shape
+    N, Hkv, _ = k.shape
+    P, T_out = N - T, q_out.shape[0]
+    s = 1.0 / np.sqrt(D) if scale is None else scale
+    group = Hq // Hkv
+    pos_b = P + np.arange(T) + 1                      # 1-based absolute positions
+    pos_o = P + (T - T_out) + np.arange(T_out) + 1
+    j = np.arange(N) + 1
+    mask_b = (j[None, :] <= pos_b[:, None]) & (j[None, :] >= pos_b[:, None] - window + 1)
+    mask_o = j[None, :] <= pos_o[:, None]
+    out = {}
+    for name, qq, mask in (("", q, mask_b), ("_out", q_out, mask_o)):
+        kk = np.repeat(k, group, axis=1)              # GQA: query head h reads KV head h // group
+        vv = np.repeat(v, group, axis=1)
+        sc = np.einsum("thd,nhd->htn", qq, kk) * s
+        sc = np.where(mask[None], sc, -np.inf)
+        m = sc.max(axis=-1, keepdims=True)
+        e = np.exp(sc - m)
+        z = e.sum(axis=-1, keepdims=True)
+        out["o" + name] = np.einsum("htn,nhd->thd", e / z, vv)
+        out["lse" + name] = (m + np.log(z))[..., 0].T
+    return out
+
+
+def case(seed, T=9, P=3, T_out=2, Hq=4, Hkv=2, D=8, amp=1.0):
+    rng = np.random.default_rng(seed)
+    return (nonzero(rng, (T, Hq, D), amp), nonzero(rng, (P + T, Hkv, D), amp),
+            nonzero(rng, (P + T, Hkv, D), amp), nonzero(rng, (T_out, Hq, D), amp))
+
+
+class AttentionTest(unittest.TestCase):
+    def test_matches_transcription(self):
+        for seed, (T, P, T_out, Hq, Hkv, D, w) in enumerate([
+                (9, 3, 2, 4, 2, 8, 3), (5, 0, 5, 8, 8, 4, 1), (7, 4, 1, 6, 2, 16, 100),
+                (12, 0, 0, 7, 1, 8, 4), (1, 20, 1, 4, 4, 8, 5)]):
+            q, k, v, qo = case(seed, T, P, T_out, Hq, Hkv, D)
+            got = orthros.attention(q, k, v, qo, window=w)
+            ref = transcription(q, k, v, qo, w)
+            for name in ("o", "o_out", "lse", "lse_out"):
+                self.assertEqual(got[name].shape, ref[name].shape, f"seed={seed} {name}")
+                err = np.abs(got[name] - ref[name]).max() if ref[name].size else 0.0
+                self.assertLessEqual(err, 1e-12, f"seed={seed} {name} max abs err {err}")
+
+    def test_window_one_returns_values(self):
+        q, k, v, qo = case(7, T=6, P=2, T_out=1, Hq=4, Hkv=2)
+        got = orthros.attention(q, k, v, qo, window=1)
+        expect = np.repeat(v[2:], 2, axis=1)             # o_t = v_t, KV head h // 2
+        np.testing.assert_array_equal(got["o"], expect, err_msg="seed=7")
+
+    def test_float32_and_float16_inputs(self):
+        q, k, v, qo = case(8)
+        r32 = orthros.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                                qo.astype(np.float32), window=3)
+        self.assertEqual(r32["o"].dtype, np.float32)
+        r16 = orthros.attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16),
+                                qo.astype(np.float16), window=3)
+        self.assertEqual(r16["o"].dtype, np.float16)
+        ref = transcription(q, k, v, qo, 3)
+        rel = np.linalg.norm(r32["o"] - ref["o"]) / np.linalg.norm(ref["o"])
+        self.assertLess(rel, 1e-5, "seed=8")
+
+    def test_errors_are_value_errors_with_cpp_messages(self):
+        q, k, v, qo = case(9)
+        with self.assertRaisesRegex(ValueError, r"window must be >= 1 \(got 0\)"):
+            orthros.attention(q, k, v, qo, window=0)
+        with self.assertRaisesRegex(orthros.Error, r"H_q % H_kv must be 0"):
+            orthros.attention(q[:, :3], k, v, qo[:, :3], window=2)
+        with self.assertRaisesRegex(ValueError, r"v must have"):
+            orthros.attention(q, k, v[:, :, :4], qo, window=2)
+        with self.assertRaisesRegex(ValueError, r"T_out must be <= T"):
+            orthros.attention(q, k, v, np.concatenate([q, qo]), window=2)
+        with self.assertRaisesRegex(ValueError, r"3-d array"):
+            orthros.attention(q[0], k, v, qo, window=2)
+        with self.assertRaisesRegex(ValueError, r"float64, float32 or float16"):
+            orthros.attention(q.astype(np.int32), k, v, qo, window=2)
+        bad = q.copy()
+        bad[1, 2, 3] = np.nan
+        with self.assertRaisesRegex(ValueError, r"q contains a non-finite value"):
+            orthros.attention(bad, k, v, qo, window=2)
+
+
+class CheckTest(unittest.TestCase):
+    def test_one_assert_for_a_port(self):
+        # A float32 port (here: the transcription run in float32) passes the f32 criterion.
+        q, k, v, qo = case(10, T=16, P=4, T_out=3, Hq=8, Hkv=2, D=16)
+        f = [x.astype(np.float32) for x in (q, k, v, qo)]
+        port = transcription(*f, 5)
+        port = {n: a.astype(np.float32) for n, a in port.items()}
+        rep = orthros.check_attention(port, *f, window=5, dtype="f32")
+        self.assertTrue(rep["pass"], f"seed=10 {rep}")
+
+    def test_window_off_by_one_fails_at_the_right_rows(self):
+        q, k, v, qo = case(11, T=10, P=0, T_out=1, Hq=4, Hkv=2, D=8)
+        w = 4
+        wrong = orthros.attention(q, k, v, qo, window=w + 1)    # the classic (w, 0) mistake
+        rep = orthros.check_attention(wrong, q, k, v, qo, window=w, dtype="f64")
+        self.assertFalse(rep["pass"])
+        o = rep["tensors"]["o"]
+        self.assertEqual(o["bad_rows"], list(range(w, 10)), "seed=11: rows t >= w see one key too many")
+        self.assertTrue(rep["tensors"]["o_out"]["pass"], "output queries are full attention")
+
+    def test_bf16_oracle_passes_its_own_criterion(self):
+        q, k, v, qo = case(12, T=20, P=5, T_out=4, Hq=8, Hkv=4, D=32)
+        low = orthros.attention(q, k, v, qo, window=6, precision="bf16")
+        rep = orthros.check_attention(low, q, k, v, qo, window=6, dtype="bf16")
+        self.assertTrue(rep["pass"], f"seed=12 {rep}")
+        self.assertGreater(rep["tensors"]["o"]["max_abs"], 0.0)
+
+    def test_nan_is_reported(self):
+        ref = nonzero(np.random.default_rng(13), (3, 2, 4))
+        act = ref.copy()
+        act[2, 1, 0] = np.nan
+        r = orthros.check(act, ref, "f32", 0.0, "o")
+        self.assertFalse(r["pass"])
+        self.assertEqual(r["nan_count"], 1)
+        self.assertEqual(r["worst_index"], [2, 1, 0])
+        self.assertAlmostEqual(orthros.rel_tolerance("bf16"), 1e-2)
+
+
+class RegimeTest(unittest.TestCase):
+    def test_regimes_agree_bitwise(self):
+        m = orthros.Model("tiny", d_model=32, num_layers=2, seed=5)
+        tokens = list(b"Orthros attention, bitwise!")
+        pt = m.pretrain(tokens)
+        self.assertEqual(pt.shape, (len(tokens), 256))
+        cache = m.new_cache()
+        pre = m.prefill(tokens[:20], cache)
+        np.testing.assert_array_equal(pre[0], pt[19])
+        for t in range(20, len(tokens)):
+            np.testing.assert_array_equal(m.decode_step(tokens[t], cache)[0], pt[t], err_msg=f"position {t + 1}")
+        self.assertEqual(cache.length, len(tokens))
+        c2 = m.new_cache()
+        np.testing.assert_array_equal(m.prefill_chunked(tokens, [5, 9, len(tokens) - 14], c2)[0], pt[-1])
+        np.testing.assert_array_equal(m.sft(tokens, 4), pt[-4:])
+
+    def test_ragged_decode_batch(self):
+        m = orthros.Model("tiny", d_model=32, num_layers=1, seed=6)
+        a, b = list(b"short"), list(b"a longer prompt")
+        ca, cb = m.new_cache(), m.new_cache()
+        m.prefill(a, ca)
+        m.prefill(b, cb)
+        out = m.decode_batch([ord("x"), ord("y")], [ca, cb])
+        np.testing.assert_array_equal(out[0], m.pretrain(a + [ord("x")])[-1])
+        np.testing.assert_array_equal(out[1], m.pretrain(b + [ord("y")])[-1])
+
+    def test_model_errors(self):
+        with self.assertRaisesRegex(ValueError, r"unknown config"):
+            orthros.Model("gpt-5", 32, 1, 0)
+        m = orthros.Model("tiny", 32, 1, 0)
+        with self.assertRaisesRegex(ValueError, r"token id 300"):
+            m.pretrain([1, 300])
+
+
+if __name__ == "__main__":
+    unittest.main()
