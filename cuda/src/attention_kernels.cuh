@@ -1,0 +1,570 @@
+// Kernels of the Orthros attention operator: a tensor-core (mma.sync m16n8k16) tiled kernel for
+// bf16/f16 with D = 64/128, a SIMT kernel for every other supported case, and the split-KV merge.
+//
+// Work of one launch: grid (x, H_kv, sequences). blockIdx.x enumerates first the output-stream
+// row blocks times their KV splits (longest rows first), then the base-stream row blocks.
+// A "row" is one (query token, query head of the GQA group) pair: rows r = i*group + g of KV head
+// h are query token i, query head h*group + g; packing the group into the rows lets one K/V tile
+// in shared memory serve all query heads of a KV head (GQA without repeating K/V).
+//
+// Per row, the arithmetic depends only on the row's own key range [lo, hi] and on fixed, absolute
+// tile boundaries (multiples of the tile size BN): tiles fully outside a row's range are exact
+// no-ops on its state, so the result does not depend on which other rows share the warp/CTA.
+#pragma once
+
+#include "common.cuh"
+
+#include <cstdint>
+
+namespace orthros::cuda::detail {
+
+// ---- PTX helpers ---------------------------------------------------------------------------
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int sz = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+template <typename T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ static void run(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static uint32_t pack(float x, float y) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+template <>
+struct Mma<__half> {
+  __device__ static void run(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static uint32_t pack(float x, float y) {
+    __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+// ---- work decomposition shared by both kernels ---------------------------------------------
+struct Work {
+  bool valid, is_out, split;
+  int rb, sp, n_tok, nrows;
+  int first_pos;  // cache row of token 0 of this stream
+  int tb, te;     // CTA tile range (inclusive), te < tb: empty
+};
+
+__device__ __forceinline__ int row_lo(const KernelParams& p, const Work& w, int r) {
+  const int t = w.first_pos + r / p.group;
+  return w.is_out ? 0 : (int)max(0LL, (long long)t - p.window + 1);
+}
+__device__ __forceinline__ int row_hi(const KernelParams& p, const Work& w, int r) {
+  return w.first_pos + r / p.group;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ Work make_work(const KernelParams& p, const SeqDesc& sd) {
+  Work w;
+  const int out_work = p.max_out_blocks * p.nsplit;
+  const int x = blockIdx.x;
+  w.sp = 0;
+  if (x < out_work) {
+    w.is_out = true;
+    w.rb = p.max_out_blocks - 1 - x / p.nsplit;
+    w.sp = x % p.nsplit;
+  } else {
+    w.is_out = false;
+    w.rb = x - out_work;
+  }
+  w.n_tok = w.is_out ? sd.T_out : sd.T;
+  w.nrows = w.n_tok * p.group;
+  w.valid = w.rb * BM < w.nrows;
+  w.split = w.is_out && p.nsplit > 1;
+  w.first_pos = (int)(sd.cache_len - w.n_tok);
+  if (!w.valid) return w;
+  const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+  int tb = row_lo(p, w, r0) / BN, te = row_hi(p, w, r1) / BN;
+  if (w.split) {
+    if (p.split_chunked) {
+      const int cb = w.sp * p.chunk_tiles;
+      tb = max(tb, cb);
+      te = min(te, cb + p.chunk_tiles - 1);
+    } else {
+      const long long nt = te - tb + 1;
+      const int b0 = tb + (int)(nt * w.sp / p.nsplit), e0 = tb + (int)(nt * (w.sp + 1) / p.nsplit) - 1;
+      tb = b0;
+      te = e0;
+    }
+  }
+  w.tb = tb;
+  w.te = te;
+  return w;
+}
+
+__device__ __forceinline__ float* partial_ptr(const KernelParams& p, const SeqDesc& sd, int i, int head, int sp) {
+  return p.partial + ((size_t)((size_t)(sd.out_off + i) * p.Hq + head) * p.nsplit + sp) * (size_t)(p.D + 2);
+}
+
+// ---- tensor-core kernel ---------------------------------------------------------------------
+// Shared memory tiles are [rows][D] with 16-byte chunks XOR-swizzled by (row % 8): conflict-free
+// for cp.async writes and ldmatrix reads.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+template <typename T, int D, int NW, bool DET>
+__global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant__ KernelParams p) {
+  constexpr int BM = NW * 16, BN = 64, CH = D / 8, NT = BN / 8, DT = D / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + BM * D;
+  T* sV = sK + 2 * BN * D;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const SeqDesc& sd = p.seq[blockIdx.z];
+  const int kvh = blockIdx.y;
+  const Work w = make_work<BM, BN>(p, sd);
+  if (!w.valid) return;
+
+  const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
+  const int qoff = w.is_out ? sd.out_off : sd.q_off;
+  const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
+  const T* vg = static_cast<const T*>(p.v) + sd.kv_base + (size_t)kvh * D;
+  const size_t kv_row = (size_t)p.Hkv * D;
+  const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+  const int ntiles = w.te >= w.tb ? w.te - w.tb + 1 : 0;
+
+  // Q rows of the block (zero-filled past the last row).
+  for (int idx = tid; idx < BM * CH; idx += NW * 32) {
+    const int row = idx / CH, ch = idx % CH, r = r0 + row;
+    const bool ok = r <= r1;
+    const T* src = ok ? qsrc + ((size_t)(qoff + r / p.group) * p.Hq + kvh * p.group + r % p.group) * D + ch * 8 : qsrc;
+    cp_async16(sQ + swz<D>(row, ch), src, ok);
+  }
+  cp_async_commit();
+  auto load_kv = [&](int tile, int buf) {
+    T* dk = sK + buf * BN * D;
+    T* dv = sV + buf * BN * D;
+    for (int idx = tid; idx < BN * CH; idx += NW * 32) {
+      const int row = idx / CH, ch = idx % CH;
+      const long long n = (long long)tile * BN + row;
+      const bool ok = n < sd.cache_len;
+      const size_t off = ok ? (size_t)n * kv_row + ch * 8 : 0;
+      cp_async16(dk + swz<D>(row, ch), kg + off, ok);
+      cp_async16(dv + swz<D>(row, ch), vg + off, ok);
+    }
+    cp_async_commit();
+  };
+  if (ntiles > 0) load_kv(w.tb, 0);
+
+  // This warp's rows and tile range.
+  const int wr0 = r0 + warp * 16, wr1 = min(r1, wr0 + 15);
+  const bool wactive = wr0 <= r1;
+  const int g = lane >> 2, c = lane & 3;
+  int lo[2], hi[2];
+  bool rv[2];
+  for (int h = 0; h < 2; ++h) {
+    const int r = wr0 + g + 8 * h;
+    rv[h] = r <= r1;
+    lo[h] = rv[h] ? row_lo(p, w, r) : 1;
+    hi[h] = rv[h] ? row_hi(p, w, r) : 0;
+  }
+  const int wtb = wactive ? row_lo(p, w, wr0) / BN : 1, wte = wactive ? row_hi(p, w, wr1) / BN : 0;
+
+  float oacc[DT][4];
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+  float racc[DET ? DT : 1][4];
+  float rm[2] = {kNegInf, kNegInf}, rl[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < DT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
+  if constexpr (DET) {
+#pragma unroll
+    for (int j = 0; j < DT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) racc[j][e] = 0.f;
+  }
+  uint32_t qf[D / 16][4];
+  int cur_chunk = -1;
+
+  auto quad_sum = [&](float x) {
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return x;
+  };
+  // Merge the chunk state (m, l, oacc) into the running state and reset it (deterministic mode).
+  auto flush = [&]() {
+    if constexpr (DET) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float lf = quad_sum(l[h]);
+        const MergeCoeffs cf = merge_coeffs(rm[h], m[h]);
+        rl[h] = merge_val(rl[h], lf, cf);
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+          racc[j][2 * h] = merge_val(racc[j][2 * h], oacc[j][2 * h], cf);
+          racc[j][2 * h + 1] = merge_val(racc[j][2 * h + 1], oacc[j][2 * h + 1], cf);
+          oacc[j][2 * h] = 0.f;
+          oacc[j][2 * h + 1] = 0.f;
+        }
+        rm[h] = cf.m;
+        m[h] = kNegInf;
+        l[h] = 0.f;
+      }
+    }
+  };
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int tt = w.tb + it;
+    if (it + 1 < ntiles) {
+      load_kv(tt + 1, (it + 1) & 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (it == 0 && wactive) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        ldsm_x4(qf[kk], sQ + swz<D>(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), kk * 2 + (lane >> 4)));
+    }
+    if (wactive && tt >= wtb && tt <= wte) {
+      if constexpr (DET) {
+        if (!w.split) {
+          const int chunk = tt / p.chunk_tiles;
+          if (chunk != cur_chunk) {
+            if (cur_chunk >= 0) flush();
+            cur_chunk = chunk;
+          }
+        }
+      }
+      const T* kb = sK + (it & 1) * BN * D;
+      const T* vb = sV + (it & 1) * BN * D;
+      float s[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < BN / 16; ++np) {
+          uint32_t b[4];
+          ldsm_x4(b, kb + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+          Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
+          Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+        }
+      }
+      // Scale, mask, online softmax (log2 domain).
+      const int kbase = tt * BN + 2 * c;
+      float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1, n = kbase + j * 8 + (e & 1);
+          float v = __fmul_rn(s[j][e], p.scale_log2);
+          if (n < lo[h] || n > hi[h]) v = kNegInf;
+          s[j][e] = v;
+          mx[h] = fmaxf(mx[h], v);
+        }
+      float muse[2], alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h]);
+        muse[h] = mn == kNegInf ? 0.f : mn;
+        alpha[h] = exp2f(__fsub_rn(m[h], muse[h]));
+        m[h] = mn;
+      }
+      float rs[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pe = exp2f(__fsub_rn(s[j][e], muse[e >> 1]));
+          s[j][e] = pe;
+          rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) oacc[j][e] = __fmul_rn(oacc[j][e], alpha[e >> 1]);
+      // O += P V
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_t(b, vb + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+          Mma<T>::run(oacc[2 * dp], a, b[0], b[1]);
+          Mma<T>::run(oacc[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+  if (!wactive) return;
+
+  const int Hq = p.Hq;
+  if (w.split) {  // write this split's state for the merge kernel
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lf = quad_sum(l[h]);
+      if (!rv[h]) continue;
+      const int r = wr0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+      float* dst = partial_ptr(p, sd, i, head, w.sp);
+      if (c == 0) {
+        dst[0] = m[h];
+        dst[1] = lf;
+      }
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        dst[2 + j * 8 + 2 * c] = oacc[j][2 * h];
+        dst[2 + j * 8 + 2 * c + 1] = oacc[j][2 * h + 1];
+      }
+    }
+    return;
+  }
+  float fm[2], fl[2];
+  if constexpr (DET) {
+    flush();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      fm[h] = rm[h];
+      fl[h] = rl[h];
+    }
+#pragma unroll
+    for (int j = 0; j < DT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[j][e] = racc[j][e];
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      fm[h] = m[h];
+      fl[h] = quad_sum(l[h]);
+    }
+  }
+  T* optr = static_cast<T*>(w.is_out ? p.o_out : p.o);
+  float* lptr = w.is_out ? p.lse_out : p.lse;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rv[h]) continue;
+    const int r = wr0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+    const float inv = __frcp_rn(fl[h]);
+    T* dst = optr + ((size_t)(qoff + i) * Hq + head) * D;
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
+      const uint32_t v = Mma<T>::pack(__fmul_rn(oacc[j][2 * h], inv), __fmul_rn(oacc[j][2 * h + 1], inv));
+      *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
+    }
+    if (c == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm[h], fl[h]);
+  }
+}
+
+// ---- SIMT kernel (f32, and D other than 64/128) ---------------------------------------------
+// One warp per row, 4 rows per CTA; KV tiles of 32 keys (lane j scores key j of the tile);
+// lane j accumulates output dims j, j+32, ... (D <= 256).
+constexpr int kSimtWarps = 4, kSimtBN = 32, kSimtMaxDpl = 8;
+
+template <typename T, bool DET>
+__global__ void __launch_bounds__(kSimtWarps * 32) simt_attn_kernel(const __grid_constant__ KernelParams p) {
+  constexpr int BM = kSimtWarps, BN = kSimtBN;
+  __shared__ float sq[kSimtWarps][256];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const SeqDesc& sd = p.seq[blockIdx.z];
+  const int kvh = blockIdx.y;
+  const Work w = make_work<BM, BN>(p, sd);
+  if (!w.valid) return;
+  const int D = p.D, Hq = p.Hq;
+  const int r = w.rb * BM + warp;
+  if (r >= w.nrows) return;
+  const int i = r / p.group, head = kvh * p.group + r % p.group;
+  const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
+  const int qoff = w.is_out ? sd.out_off : sd.q_off;
+  const T* qrow = qsrc + ((size_t)(qoff + i) * Hq + head) * D;
+  for (int d = lane; d < D; d += 32) sq[warp][d] = Elem<T>::to_f(qrow[d]);
+  __syncwarp();
+  const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
+  const T* vg = static_cast<const T*>(p.v) + sd.kv_base + (size_t)kvh * D;
+  const size_t kv_row = (size_t)p.Hkv * D;
+  const int lo = row_lo(p, w, r), hi = row_hi(p, w, r);
+  const int tb = max(w.tb, lo / BN), te = min(w.te, hi / BN);
+
+  float acc[kSimtMaxDpl], racc[DET ? kSimtMaxDpl : 1];
+#pragma unroll
+  for (int k = 0; k < kSimtMaxDpl; ++k) acc[k] = 0.f;
+  if constexpr (DET) {
+#pragma unroll
+    for (int k = 0; k < kSimtMaxDpl; ++k) racc[k] = 0.f;
+  }
+  float m = kNegInf, l = 0.f, rm = kNegInf, rl = 0.f;
+  int cur_chunk = -1;
+  auto warp_sum = [&](float x) {
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+  };
+  auto flush = [&]() {
+    if constexpr (DET) {
+      const float lf = warp_sum(l);
+      const MergeCoeffs cf = merge_coeffs(rm, m);
+      rl = merge_val(rl, lf, cf);
+#pragma unroll
+      for (int k = 0; k < kSimtMaxDpl; ++k) {
+        racc[k] = merge_val(racc[k], acc[k], cf);
+        acc[k] = 0.f;
+      }
+      rm = cf.m;
+      m = kNegInf;
+      l = 0.f;
+    }
+  };
+  for (int tt = tb; tt <= te; ++tt) {
+    if constexpr (DET) {
+      if (!w.split) {
+        const int chunk = tt / p.chunk_tiles;
+        if (chunk != cur_chunk) {
+          if (cur_chunk >= 0) flush();
+          cur_chunk = chunk;
+        }
+      }
+    }
+    const int n = tt * BN + lane;
+    float s2 = kNegInf;
+    if (n >= lo && n <= hi) {
+      const T* kr = kg + (size_t)n * kv_row;
+      float dot = 0.f;
+      for (int d = 0; d < D; ++d) dot = __fadd_rn(dot, __fmul_rn(sq[warp][d], Elem<T>::to_f(kr[d])));
+      s2 = __fmul_rn(dot, p.scale_log2);
+    }
+    float mx = s2;
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float mn = fmaxf(m, mx), muse = mn == kNegInf ? 0.f : mn;
+    const float alpha = exp2f(__fsub_rn(m, muse));
+    m = mn;
+    const float pj = exp2f(__fsub_rn(s2, muse));
+    l = __fadd_rn(__fmul_rn(l, alpha), pj);
+#pragma unroll
+    for (int k = 0; k < kSimtMaxDpl; ++k) acc[k] = __fmul_rn(acc[k], alpha);
+    const int jb = max(lo - tt * BN, 0), je = min(hi - tt * BN, BN - 1);
+    for (int j = jb; j <= je; ++j) {
+      const float pjj = __shfl_sync(0xffffffffu, pj, j);
+      const T* vr = vg + (size_t)(tt * BN + j) * kv_row;
+#pragma unroll
+      for (int k = 0; k < kSimtMaxDpl; ++k) {
+        const int d = lane + 32 * k;
+        if (d < D) acc[k] = __fadd_rn(acc[k], __fmul_rn(pjj, Elem<T>::to_f(vr[d])));
+      }
+    }
+  }
+  if (w.split) {
+    const float lf = warp_sum(l);
+    float* dst = partial_ptr(p, sd, i, head, w.sp);
+    if (lane == 0) {
+      dst[0] = m;
+      dst[1] = lf;
+    }
+#pragma unroll
+    for (int k = 0; k < kSimtMaxDpl; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) dst[2 + d] = acc[k];
+    }
+    return;
+  }
+  float fm, fl;
+  if constexpr (DET) {
+    flush();
+    fm = rm;
+    fl = rl;
+#pragma unroll
+    for (int k = 0; k < kSimtMaxDpl; ++k) acc[k] = racc[k];
+  } else {
+    fm = m;
+    fl = warp_sum(l);
+  }
+  T* optr = static_cast<T*>(w.is_out ? p.o_out : p.o);
+  float* lptr = w.is_out ? p.lse_out : p.lse;
+  const float inv = __frcp_rn(fl);
+  T* dst = optr + ((size_t)(qoff + i) * Hq + head) * D;
+#pragma unroll
+  for (int k = 0; k < kSimtMaxDpl; ++k) {
+    const int d = lane + 32 * k;
+    if (d < D) dst[d] = Elem<T>::from_f(__fmul_rn(acc[k], inv));
+  }
+  if (lane == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm, fl);
+}
+
+// ---- split-KV merge -------------------------------------------------------------------------
+// One warp per (output row, query head): merges the nsplit states in ascending split order
+// (the same merge_coeffs/merge_val as the in-kernel chunk merges) and normalizes.
+template <typename T>
+__global__ void __launch_bounds__(128) merge_kernel(const float* __restrict__ partial, T* __restrict__ o_out,
+                                                    float* __restrict__ lse_out, long long rows, int nsplit, int D) {
+  const long long wid = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (wid >= rows) return;
+  const float* base = partial + (size_t)wid * nsplit * (D + 2);
+  float M = kNegInf, L = 0.f, acc[kSimtMaxDpl];
+#pragma unroll
+  for (int k = 0; k < kSimtMaxDpl; ++k) acc[k] = 0.f;
+  for (int sp = 0; sp < nsplit; ++sp) {
+    const float* st = base + (size_t)sp * (D + 2);
+    const MergeCoeffs cf = merge_coeffs(M, st[0]);
+    L = merge_val(L, st[1], cf);
+#pragma unroll
+    for (int k = 0; k < kSimtMaxDpl; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) acc[k] = merge_val(acc[k], st[2 + d], cf);
+    }
+    M = cf.m;
+  }
+  const float inv = __frcp_rn(L);
+  T* dst = o_out + (size_t)wid * D;
+#pragma unroll
+  for (int k = 0; k < kSimtMaxDpl; ++k) {
+    const int d = lane + 32 * k;
+    if (d < D) dst[d] = Elem<T>::from_f(__fmul_rn(acc[k], inv));
+  }
+  if (lane == 0 && lse_out) lse_out[wid] = state_lse(M, L);
+}
+
+}  // namespace orthros::cuda::detail

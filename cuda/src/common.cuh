@@ -1,0 +1,102 @@
+// Internal helpers of the CUDA kernels: error checks, dtype traits, the softmax-state merge.
+#pragma once
+
+#include "orthros/cuda/attention.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+namespace orthros::cuda::detail {
+
+/// Throws CudaError naming `what` when `e` is not cudaSuccess.
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw CudaError(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+#define ORTHROS_CUDA_CHECK(call) ::orthros::cuda::detail::check((call), #call)
+/// Checks the launch just issued (configuration errors) by name.
+#define ORTHROS_CUDA_LAUNCH_CHECK(name) ::orthros::cuda::detail::check(cudaGetLastError(), "launch of " name)
+
+template <typename T>
+struct Elem;
+template <>
+struct Elem<float> {
+  __device__ static float to_f(float x) { return x; }
+  __device__ static float from_f(float x) { return x; }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  __device__ static float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __nv_bfloat16 from_f(float x) { return __float2bfloat16_rn(x); }
+};
+template <>
+struct Elem<__half> {
+  __device__ static float to_f(__half x) { return __half2float(x); }
+  __device__ static __half from_f(float x) { return __float2half_rn(x); }
+};
+
+constexpr float kNegInf = -INFINITY;
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// One softmax state (m: running max of scores in the log2 domain, l: sum of exp2(s - m),
+// acc: sum of exp2(s - m) * v). merge_coeffs() gives the factors that combine state A (M) and
+// state B (m) into max(M, m). Every kernel (tensor-core, SIMT, split-KV merge) uses these
+// exact operations, with explicit round-to-nearest intrinsics (no contraction), so chunk
+// merges are bitwise the same wherever they happen (deterministic mode).
+struct MergeCoeffs {
+  float m, fa, fb;
+};
+__device__ __forceinline__ MergeCoeffs merge_coeffs(float M, float m) {
+  MergeCoeffs c;
+  c.m = fmaxf(M, m);
+  if (c.m == kNegInf) {
+    c.fa = 0.f;
+    c.fb = 0.f;
+  } else {
+    c.fa = exp2f(__fsub_rn(M, c.m));
+    c.fb = exp2f(__fsub_rn(m, c.m));
+  }
+  return c;
+}
+__device__ __forceinline__ float merge_val(float a, float b, const MergeCoeffs& c) {
+  return __fadd_rn(__fmul_rn(a, c.fa), __fmul_rn(b, c.fb));
+}
+/// Natural-log LSE of a finished state.
+__device__ __forceinline__ float state_lse(float m, float l) { return __fmul_rn(__fadd_rn(m, log2f(l)), kLn2); }
+
+/// Per-launch sequence table (kernel parameters, no device metadata).
+constexpr int kMaxSeqPerLaunch = 48;
+struct SeqDesc {
+  long long cache_len;  // P_b + T_b
+  long long kv_base;    // element offset of sequence b in the cache (b * capacity * H_kv * D)
+  int q_off, T;         // base rows
+  int out_off, T_out;   // output rows
+};
+
+struct KernelParams {
+  const void* q;
+  const void* q_out;
+  const void* k;
+  const void* v;
+  void* o;
+  void* o_out;
+  float* lse;
+  float* lse_out;
+  float* partial;  // [total_out, H_q, nsplit, D+2] split-KV states (m, l, acc[D])
+  long long window;
+  float scale_log2;  // softmax scale * log2(e)
+  int Hq, Hkv, group, D;
+  int nsplit;          // output-stream splits (1: no split)
+  int split_chunked;   // deterministic split: split sp == chunk sp
+  int chunk_tiles;     // deterministic mode: tiles per chunk (in-kernel chunk merges)
+  int max_out_blocks;  // row blocks of the output stream, max over sequences
+  int nseq;
+  SeqDesc seq[kMaxSeqPerLaunch];
+};
+
+}  // namespace orthros::cuda::detail

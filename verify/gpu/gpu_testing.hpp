@@ -1,0 +1,216 @@
+/// \file gpu_testing.hpp
+/// \brief Helpers of the GPU suites: device buffers, running the CUDA operator on oracle-style
+/// matrices (one sequence or a ragged batch), NaN poisoning, SPEC §6 comparison.
+#pragma once
+
+#include "orthros/attention.hpp"
+#include "orthros/check.hpp"
+#include "orthros/cuda/attention.hpp"
+#include "orthros/tensor.hpp"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace orthros::gputest {
+
+/// Reason string when no usable GPU is present, empty otherwise.
+inline std::string no_gpu_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorString(e);
+  if (n == 0) return "no CUDA device present";
+  return "";
+}
+#define ORTHROS_REQUIRE_GPU()                                          \
+  do {                                                                 \
+    const std::string _why = ::orthros::gputest::no_gpu_reason();      \
+    if (!_why.empty()) GTEST_SKIP() << "GPU test skipped: " << _why;   \
+  } while (0)
+
+inline void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// Owning device allocation (bytes), filled with 0xFF (NaN in f32/f16/bf16) on creation.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t n = 0) : bytes(n) {
+    if (n) {
+      ck(cudaMalloc(&p, n), "cudaMalloc");
+      poison();
+    }
+  }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void poison() {
+    if (bytes) ck(cudaMemset(p, 0xFF, bytes), "cudaMemset(poison)");
+  }
+  void upload(const void* src, size_t n, size_t offset = 0) {
+    ck(cudaMemcpy(static_cast<char*>(p) + offset, src, n, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  void download(void* dst, size_t n, size_t offset = 0) const {
+    ck(cudaMemcpy(dst, static_cast<const char*>(p) + offset, n, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  }
+};
+
+template <typename S>
+constexpr cuda::DType dtype_of() {
+  if constexpr (std::is_same_v<S, float>) return cuda::DType::f32;
+  else if constexpr (std::is_same_v<S, Eigen::half>) return cuda::DType::f16;
+  else return cuda::DType::bf16;
+}
+
+/// One sequence of a call, in the oracle's layout: q [T, Hq*D], k/v [P+T, Hkv*D], q_out [T_out, Hq*D].
+template <typename S>
+struct SeqIn {
+  Mat<S> q, k, v, q_out;
+};
+
+/// GPU outputs of one sequence.
+template <typename S>
+struct SeqOut {
+  Mat<S> o, o_out;
+  Mat<float> lse, lse_out;
+};
+
+/// Runs attention_forward on a ragged batch (each sequence's cache holds its own k/v rows; the
+/// capacity has `slack` extra rows poisoned with NaN, which the kernels must never read).
+/// Every output buffer is poisoned with NaN before the launch.
+template <typename S>
+std::vector<SeqOut<S>> run_gpu(const std::vector<SeqIn<S>>& seqs, const AttentionDims& dims, cuda::AttentionConfig cfg,
+                               Eigen::Index slack = 37) {
+  cfg.dtype = dtype_of<S>();
+  cfg.num_q_heads = dims.num_q_heads;
+  cfg.num_kv_heads = dims.num_kv_heads;
+  cfg.head_dim = dims.head_dim;
+  const int Hq = dims.num_q_heads, Hkv = dims.num_kv_heads, D = dims.head_dim;
+  cuda::BatchLayout lay;
+  Eigen::Index cap = 0, tq = 0, to = 0;
+  for (auto& s : seqs) {
+    lay.q_lens.push_back(static_cast<int>(s.q.rows()));
+    lay.out_lens.push_back(static_cast<int>(s.q_out.rows()));
+    lay.cache_lens.push_back(s.k.rows());
+    cap = std::max(cap, s.k.rows());
+    tq += s.q.rows();
+    to += s.q_out.rows();
+  }
+  cap += slack;
+  const size_t es = sizeof(S);
+  DevBuf q(std::max<size_t>(1, tq * Hq * D * es)), qo(std::max<size_t>(1, to * Hq * D * es));
+  DevBuf k(seqs.size() * cap * Hkv * D * es), v(seqs.size() * cap * Hkv * D * es);
+  DevBuf o(std::max<size_t>(1, tq * Hq * D * es)), oo(std::max<size_t>(1, to * Hq * D * es));
+  DevBuf lse(std::max<size_t>(1, tq * Hq * 4)), lseo(std::max<size_t>(1, to * Hq * 4));
+  size_t qoff = 0, ooff = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const auto& s = seqs[b];
+    q.upload(s.q.data(), s.q.size() * es, qoff);
+    if (s.q_out.size()) qo.upload(s.q_out.data(), s.q_out.size() * es, ooff);
+    k.upload(s.k.data(), s.k.size() * es, b * cap * Hkv * D * es);
+    v.upload(s.v.data(), s.v.size() * es, b * cap * Hkv * D * es);
+    qoff += s.q.size() * es;
+    ooff += s.q_out.size() * es;
+  }
+  cuda::AttentionBuffers buf;
+  buf.q = q.p;
+  buf.q_out = to ? qo.p : nullptr;
+  buf.k_cache = k.p;
+  buf.v_cache = v.p;
+  buf.capacity = cap;
+  buf.o = o.p;
+  buf.o_out = to ? oo.p : nullptr;
+  buf.lse = static_cast<float*>(lse.p);
+  buf.lse_out = to ? static_cast<float*>(lseo.p) : nullptr;
+  cuda::attention_forward(cfg, lay, buf, nullptr);
+  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_forward");
+  std::vector<SeqOut<S>> out(seqs.size());
+  qoff = ooff = 0;
+  size_t loff = 0, lootf = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const auto& s = seqs[b];
+    auto& r = out[b];
+    r.o.resize(s.q.rows(), Hq * D);
+    r.o_out.resize(s.q_out.rows(), Hq * D);
+    r.lse.resize(s.q.rows(), Hq);
+    r.lse_out.resize(s.q_out.rows(), Hq);
+    o.download(r.o.data(), r.o.size() * es, qoff);
+    if (r.o_out.size()) oo.download(r.o_out.data(), r.o_out.size() * es, ooff);
+    lse.download(r.lse.data(), r.lse.size() * 4, loff);
+    if (r.lse_out.size()) lseo.download(r.lse_out.data(), r.lse_out.size() * 4, lootf);
+    qoff += r.o.size() * es;
+    ooff += r.o_out.size() * es;
+    loff += r.lse.size() * 4;
+    lootf += r.lse_out.size() * 4;
+  }
+  return out;
+}
+
+template <typename S>
+SeqOut<S> run_gpu1(const SeqIn<S>& s, const AttentionDims& dims, const cuda::AttentionConfig& cfg) {
+  return run_gpu<S>(std::vector<SeqIn<S>>{s}, dims, cfg)[0];
+}
+
+/// Result of comparing one GPU run with the float64 oracle under SPEC §6 (all four tensors).
+struct OracleCheck {
+  bool pass = true;
+  std::string report;
+  double max_err = 0;  // max abs error over o and o_out
+};
+
+template <typename S>
+OracleCheck check_vs_oracle(const SeqIn<S>& in, const SeqOut<S>& got, const AttentionDims& dims,
+                            const AttentionOptions& opt) {
+  const auto ref = orthros_attention<double>(in.q.template cast<double>(), in.k.template cast<double>(),
+                                             in.v.template cast<double>(), in.q_out.template cast<double>(), dims, opt);
+  const auto at = orthros_attention<S>(in.q, in.k, in.v, in.q_out, dims, opt);
+  const std::string dt = dtype_name<S>();
+  OracleCheck oc;
+  std::ostringstream os;
+  auto one = [&](const std::string& name, const auto& actual, const Mat<double>& r, const auto& oracle_at, int heads,
+                 int inner) {
+    if (r.rows() == 0) return;
+    const double ex = check::max_abs_diff(oracle_at, r);
+    const auto rep = check::compare(name, actual, r, heads, inner, dt, ex);
+    if (name == "o" || name == "o_out") oc.max_err = std::max(oc.max_err, rep.max_abs);
+    if (!rep.pass) {
+      oc.pass = false;
+      os << name << ": rel_fro=" << rep.rel_fro << " (tol " << rep.rel_tol << ") max_abs=" << rep.max_abs
+         << " (tol " << rep.abs_tol << ", oracle@" << dt << "=" << ex << ") nan=" << rep.nan_count
+         << " inf=" << rep.inf_count << " worst at row " << (rep.worst_index.empty() ? -1 : rep.worst_index[0])
+         << " got " << rep.worst_actual << " ref " << rep.worst_ref << "\n";
+    }
+  };
+  const int Hq = dims.num_q_heads, D = dims.head_dim;
+  one("o", got.o, ref.o, at.o, Hq, D);
+  one("o_out", got.o_out, ref.o_out, at.o_out, Hq, D);
+  one("lse", got.lse, ref.lse, at.lse, Hq, 1);
+  one("lse_out", got.lse_out, ref.lse_out, at.lse_out, Hq, 1);
+  oc.report = os.str();
+  return oc;
+}
+
+/// Bitwise equality of two matrices; returns a message on the first difference.
+template <typename S>
+std::string bitwise(const Mat<S>& a, const Mat<S>& b, const std::string& what) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return what + ": shapes differ";
+  for (Eigen::Index r = 0; r < a.rows(); ++r)
+    for (Eigen::Index c = 0; c < a.cols(); ++c)
+      if (std::memcmp(&a(r, c), &b(r, c), sizeof(S)) != 0) {
+        std::ostringstream os;
+        os.precision(9);
+        os << what << ": first bitwise difference at [" << r << ", " << c << "]: " << static_cast<double>(a(r, c))
+           << " vs " << static_cast<double>(b(r, c));
+        return os.str();
+      }
+  return "";
+}
+
+}  // namespace orthros::gputest
