@@ -121,6 +121,9 @@ File parse(const std::vector<std::uint8_t>& bytes) {
   require(n <= bytes.size() - 8, "header length ", n, " bytes exceeds the file (", bytes.size() - 8,
           " bytes after the length field); file truncated or not safetensors");
   const char* hb = reinterpret_cast<const char*>(bytes.data() + 8);
+  // nlohmann's lexer stops at a NUL byte; the format allows only JSON (+ trailing spaces).
+  if (const void* nul = std::memchr(hb, 0, n))
+    throw Error(cat("header is not valid JSON (NUL byte at header offset ", static_cast<const char*>(nul) - hb, ")"));
   json h = json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
   require(!h.is_discarded(), "header is not valid JSON");
   require(h.is_object(), "header must be a JSON object (got ", h.type_name(), ")");
