@@ -1,0 +1,322 @@
+/// \file gpu_complexity.cpp
+/// \brief Complexity benchmarks of the CUDA kernels (issue 5; paper §3.3 and Figure 4; SPEC §2/§4).
+///
+/// Times orthros::cuda::attention_forward with CUDA events (UseManualTime) on the qwen3-8b
+/// attention shape (H_q = 32, H_kv = 8, D = 128, w = 128, bf16; SPEC §7), sweeping T:
+///   gpu/prefill            T_out = 1, P = 0                       8K .. 1M  (O(T*w))
+///   gpu/prefill_det        the same in deterministic mode          8K .. 1M
+///   gpu/swa_stream         T_out = 0 (base stream alone)           8K .. 1M
+///   gpu/full_prefill       w >= T, T_out = 1: full causal attention of the prefill's shape
+///                          through the kernel's own w >= T mode     8K .. 128K (O(T^2))
+///   gpu/full_causal_out    T_out = T, w = 1: full causal attention through the kernel's output
+///                          stream over every position (base stream: one key per row)  8K .. 128K
+///   gpu/pt                 T_out = T, w = 128 (pre-training forward)                    8K .. 128K
+///   gpu/decode_pair_b{1,16}  one (base, output) pair per sequence over a cache of N positions
+///   gpu/full_decode_b{1,16}  one full-attention query per sequence (output stream, w = 1)
+///   gpu/copy_d2d           device-to-device copy: the measured HBM bandwidth of the same run
+///   gpu/gemm_bf16          cuBLAS 8192^3 bf16 GEMM (fp32 accumulate): measured tensor-core rate
+/// Every point checks free device memory first and is skipped (with the reason) if it would not fit.
+///
+/// Counters: FLOP/s = 4*D FLOPs per (query, key) pair per query head (exact pair counts of the
+/// operator's ranges); bytes_per_second = compulsory HBM traffic (Q, q_out and the K/V rows the
+/// call needs read once, O and o_out written once; LSEs not counted), as issue 4 defines it.
+/// The L2 cache is flushed (untimed) before every timed launch.
+///
+/// Run (device): bench/scripts/gpu_complexity.sh <this binary> <out dir>
+#include "orthros/cuda/attention.hpp"
+
+#include "fill.hpp"
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+#ifdef ORTHROS_BENCH_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace oc = orthros::cuda;
+using I64 = std::int64_t;
+
+constexpr int kHq = 32, kHkv = 8, kD = 128;
+constexpr I64 kWindow = 128;
+constexpr I64 kFull = std::numeric_limits<I64>::max() / 4;
+constexpr oc::DType kDtype = oc::DType::bf16;
+constexpr int kElem = 2;
+constexpr std::uint64_t kSeed = 20261130;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// Owning device allocation.
+struct DevBuf {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  DevBuf() = default;
+  explicit DevBuf(std::size_t n) : bytes(n) {
+    if (n) ck(cudaMalloc(&p, n), "cudaMalloc");
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+};
+
+/// Shared per-process resources: stream, events, an L2-flush buffer.
+struct Gpu {
+  cudaStream_t stream{};
+  cudaEvent_t start{}, stop{};
+  DevBuf flush;  ///< 4x the L2 size, memset before each timed launch
+  static std::size_t flush_bytes() {
+    int l2 = 0;
+    ck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute(L2)");
+    return static_cast<std::size_t>(std::max(l2, 1 << 20)) * 4;
+  }
+  Gpu() : flush(flush_bytes()) {
+    ck(cudaStreamCreate(&stream), "cudaStreamCreate");
+    ck(cudaEventCreate(&start), "cudaEventCreate");
+    ck(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+  void flush_l2() { ck(cudaMemsetAsync(flush.p, 0, flush.bytes, stream), "cudaMemsetAsync(L2 flush)"); }
+  static Gpu& get() {
+    static Gpu g;
+    return g;
+  }
+};
+
+/// Times `launch` with CUDA events; one untimed warm-up first; L2 flushed before every launch.
+template <typename F>
+void time_loop(benchmark::State& st, F&& launch) {
+  Gpu& g = Gpu::get();
+  launch();
+  ck(cudaStreamSynchronize(g.stream), "warm-up");
+  for (auto _ : st) {
+    g.flush_l2();
+    ck(cudaEventRecord(g.start, g.stream), "cudaEventRecord");
+    launch();
+    ck(cudaEventRecord(g.stop, g.stream), "cudaEventRecord");
+    ck(cudaEventSynchronize(g.stop), "cudaEventSynchronize");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, g.start, g.stop), "cudaEventElapsedTime");
+    st.SetIterationTime(static_cast<double>(ms) * 1e-3);
+  }
+}
+
+/// Skips the point when `need` bytes exceed 90% of free device memory. Returns false if skipped.
+bool fits(benchmark::State& st, double need) {
+  std::size_t free_b = 0, total_b = 0;
+  ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if (need > 0.9 * static_cast<double>(free_b)) {
+    st.SkipWithError(("needs " + std::to_string(need / (1u << 30)) + " GiB, " +
+                      std::to_string(static_cast<double>(free_b) / (1u << 30)) + " GiB free")
+                         .c_str());
+    return false;
+  }
+  return true;
+}
+
+double swa_pairs(I64 first, I64 n, I64 w) {
+  double p = 0;
+  for (I64 t = first; t < first + n; ++t) p += static_cast<double>(std::min<I64>(t + 1, w));
+  return p;
+}
+double cross_pairs(I64 first, I64 n) {
+  return static_cast<double>(n) * static_cast<double>(first + 1) + static_cast<double>(n) * (n - 1) / 2.0;
+}
+
+/// One operator case: B sequences, each with T base tokens after P cached ones, the last T_out
+/// with output queries, window w.
+void run_case(benchmark::State& st, int B, I64 T, I64 P, I64 T_out, I64 w, bool deterministic, I64 complexity_n) {
+  try {
+    const I64 cap = P + T;
+    const double q_elems = double(B) * T * kHq * kD, qo_elems = double(B) * T_out * kHq * kD;
+    const double kv_elems = double(B) * cap * kHkv * kD;
+    const double need = kElem * (2 * q_elems + 2 * qo_elems + 2 * kv_elems) + 4.0 * B * (T + T_out) * kHq;
+    if (!fits(st, need)) return;
+    Gpu& g = Gpu::get();
+    DevBuf q(kElem * std::size_t(q_elems)), qo(kElem * std::size_t(qo_elems)), k(kElem * std::size_t(kv_elems)),
+        v(kElem * std::size_t(kv_elems)), o(kElem * std::size_t(q_elems)), oo(kElem * std::size_t(qo_elems)),
+        lse(4 * std::size_t(B * T * kHq)), lse_out(4 * std::size_t(B * T_out * kHq));
+    ck(orthros::bench::fill_uniform(q.p, std::uint64_t(q_elems), kElem, true, kSeed + 1, g.stream), "fill q");
+    ck(orthros::bench::fill_uniform(qo.p, std::uint64_t(qo_elems), kElem, true, kSeed + 2, g.stream), "fill q_out");
+    ck(orthros::bench::fill_uniform(k.p, std::uint64_t(kv_elems), kElem, true, kSeed + 3, g.stream), "fill k");
+    ck(orthros::bench::fill_uniform(v.p, std::uint64_t(kv_elems), kElem, true, kSeed + 4, g.stream), "fill v");
+
+    oc::AttentionConfig cfg;
+    cfg.dtype = kDtype;
+    cfg.num_q_heads = kHq;
+    cfg.num_kv_heads = kHkv;
+    cfg.head_dim = kD;
+    cfg.window = w;
+    cfg.deterministic = deterministic;
+    oc::BatchLayout lay;
+    for (int b = 0; b < B; ++b) {
+      lay.q_lens.push_back(static_cast<int>(T));
+      lay.out_lens.push_back(static_cast<int>(T_out));
+      lay.cache_lens.push_back(cap);
+    }
+    const std::size_t ws_bytes = oc::attention_workspace_bytes(cfg, lay);
+    DevBuf ws(ws_bytes);
+    oc::AttentionBuffers buf;
+    buf.q = q.p;
+    buf.q_out = T_out ? qo.p : nullptr;
+    buf.k_cache = k.p;
+    buf.v_cache = v.p;
+    buf.capacity = cap;
+    buf.o = o.p;
+    buf.o_out = T_out ? oo.p : nullptr;
+    buf.lse = static_cast<float*>(lse.p);
+    buf.lse_out = T_out ? static_cast<float*>(lse_out.p) : nullptr;
+    buf.workspace = ws.p;
+    buf.workspace_bytes = ws_bytes;
+    ck(cudaStreamSynchronize(g.stream), "fill");
+
+    time_loop(st, [&] { oc::attention_forward(cfg, lay, buf, g.stream); });
+
+    const double pairs = B * (swa_pairs(P, T, w) + cross_pairs(P + T - T_out, T_out));
+    const I64 first_key = T_out > 0 ? 0 : std::max<I64>(0, P - w + 1);
+    const double bytes = kElem * (2 * q_elems + 2 * qo_elems + 2.0 * B * double(cap - first_key) * kHkv * kD);
+    st.SetComplexityN(complexity_n);
+    st.counters["FLOP/s"] = benchmark::Counter(4.0 * kD * kHq * pairs, benchmark::Counter::kIsIterationInvariantRate);
+    st.counters["pairs"] = pairs;
+    st.counters["T"] = double(T);
+    st.counters["P"] = double(P);
+    st.counters["T_out"] = double(T_out);
+    st.counters["B"] = double(B);
+    st.counters["ws_MiB"] = double(ws_bytes) / (1 << 20);
+    st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+  }
+}
+
+void BM_prefill(benchmark::State& st) { run_case(st, 1, st.range(0), 0, 1, kWindow, false, st.range(0)); }
+void BM_prefill_det(benchmark::State& st) { run_case(st, 1, st.range(0), 0, 1, kWindow, true, st.range(0)); }
+void BM_swa_stream(benchmark::State& st) { run_case(st, 1, st.range(0), 0, 0, kWindow, false, st.range(0)); }
+void BM_full_prefill(benchmark::State& st) { run_case(st, 1, st.range(0), 0, 1, kFull, false, st.range(0)); }
+void BM_full_causal_out(benchmark::State& st) {
+  run_case(st, 1, st.range(0), 0, st.range(0), 1, false, st.range(0));
+}
+void BM_pt(benchmark::State& st) { run_case(st, 1, st.range(0), 0, st.range(0), kWindow, false, st.range(0)); }
+template <int B>
+void BM_decode_pair(benchmark::State& st) {
+  run_case(st, B, 1, st.range(0) - 1, 1, kWindow, false, st.range(0));
+}
+template <int B>
+void BM_decode_pair_det(benchmark::State& st) {
+  run_case(st, B, 1, st.range(0) - 1, 1, kWindow, true, st.range(0));
+}
+template <int B>
+void BM_full_decode(benchmark::State& st) {
+  run_case(st, B, 1, st.range(0) - 1, 1, 1, false, st.range(0));
+}
+
+/// Device-to-device copy of `MiB` MiB: bytes = read + write.
+void BM_copy_d2d(benchmark::State& st) {
+  try {
+    const std::size_t n = std::size_t(st.range(0)) << 20;
+    if (!fits(st, 2.0 * n)) return;
+    Gpu& g = Gpu::get();
+    DevBuf a(n), b(n);
+    ck(cudaMemsetAsync(a.p, 1, n, g.stream), "cudaMemsetAsync");
+    time_loop(st, [&] { ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, g.stream), "cudaMemcpyAsync"); });
+    st.SetBytesProcessed(static_cast<std::int64_t>(2 * n) * st.iterations());
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+  }
+}
+
+#ifdef ORTHROS_BENCH_HAVE_CUBLAS
+/// cuBLAS bf16 GEMM M = N = K = n (fp32 accumulate): the tensor-core rate this device reaches.
+void BM_gemm_bf16(benchmark::State& st) {
+  try {
+    const int n = static_cast<int>(st.range(0));
+    Gpu& g = Gpu::get();
+    const std::size_t e = std::size_t(n) * n;
+    DevBuf a(2 * e), b(2 * e), c(2 * e);
+    ck(orthros::bench::fill_uniform(a.p, e, 2, true, kSeed + 7, g.stream), "fill a");
+    ck(orthros::bench::fill_uniform(b.p, e, 2, true, kSeed + 8, g.stream), "fill b");
+    cublasHandle_t h{};
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+    cublasSetStream(h, g.stream);
+    const float one = 1.f, zero = 0.f;
+    auto gemm = [&] {
+      if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n, &zero,
+                       c.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error("cublasGemmEx failed");
+    };
+    time_loop(st, gemm);
+    cublasDestroy(h);
+    st.counters["FLOP/s"] =
+        benchmark::Counter(2.0 * double(n) * n * n, benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+  }
+}
+#endif
+
+void register_all() {
+  auto sweep = [](const char* name, void (*fn)(benchmark::State&), I64 lo, I64 hi, const char* arg) {
+    benchmark::RegisterBenchmark(name, fn)
+        ->ArgName(arg)
+        ->RangeMultiplier(2)
+        ->Range(lo, hi)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Complexity();
+  };
+  benchmark::RegisterBenchmark("gpu/copy_d2d", BM_copy_d2d)->ArgName("MiB")->Arg(4096)->UseManualTime()->Unit(
+      benchmark::kMillisecond);
+#ifdef ORTHROS_BENCH_HAVE_CUBLAS
+  benchmark::RegisterBenchmark("gpu/gemm_bf16", BM_gemm_bf16)->ArgName("n")->Arg(8192)->UseManualTime()->Unit(
+      benchmark::kMillisecond);
+#endif
+  sweep("gpu/prefill", BM_prefill, 8192, 1 << 20, "T");
+  sweep("gpu/prefill_det", BM_prefill_det, 8192, 1 << 20, "T");
+  sweep("gpu/swa_stream", BM_swa_stream, 8192, 1 << 20, "T");
+  sweep("gpu/full_prefill", BM_full_prefill, 8192, 131072, "T");
+  sweep("gpu/full_causal_out", BM_full_causal_out, 8192, 131072, "T");
+  sweep("gpu/pt", BM_pt, 8192, 131072, "T");
+  sweep("gpu/decode_pair_b1", BM_decode_pair<1>, 8192, 1 << 20, "N");
+  sweep("gpu/full_decode_b1", BM_full_decode<1>, 8192, 1 << 20, "N");
+  sweep("gpu/decode_pair_det_b1", BM_decode_pair_det<1>, 8192, 1 << 20, "N");
+  sweep("gpu/decode_pair_b16", BM_decode_pair<16>, 8192, 262144, "N");
+  sweep("gpu/full_decode_b16", BM_full_decode<16>, 8192, 262144, "N");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  int dev = 0, rt = 0, drv = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+    benchmark::AddCustomContext("gpu", prop.name);
+    benchmark::AddCustomContext("gpu_sms", std::to_string(prop.multiProcessorCount));
+    benchmark::AddCustomContext("gpu_mem_GiB", std::to_string(double(prop.totalGlobalMem) / (1u << 30)));
+    benchmark::AddCustomContext("gpu_cc", std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  } else {
+    benchmark::AddCustomContext("gpu", "none found");
+  }
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  benchmark::AddCustomContext("cuda_runtime", std::to_string(rt));
+  benchmark::AddCustomContext("cuda_driver", std::to_string(drv));
+  benchmark::AddCustomContext("shape", "qwen3-8b attention: H_q=32 H_kv=8 D=128 w=128 bf16, batch 1 unless _b16");
+  benchmark::AddCustomContext("flop_count", "4*D per (query,key) pair per query head");
+  benchmark::AddCustomContext("bytes_count", "Q, q_out, needed K/V rows read once; O, o_out written once");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
