@@ -10,6 +10,7 @@
 ///                          through the kernel's own w >= T mode     8K .. 128K (O(T^2))
 ///   gpu/full_causal_out    T_out = T, w = 1: full causal attention through the kernel's output
 ///                          stream over every position (base stream: one key per row)  8K .. 128K
+///   gpu/full_causal_out_long  the same at 256K .. 1M, one timed call each (seconds per call)
 ///   gpu/pt                 T_out = T, w = 128 (pre-training forward)                    8K .. 128K
 ///   gpu/decode_pair_b{1,16}  one (base, output) pair per sequence over a cache of N positions
 ///   gpu/full_decode_b{1,16}  one full-attention query per sequence (output stream, w = 1)
@@ -95,10 +96,12 @@ struct Gpu {
 
 /// Times `launch` with CUDA events; one untimed warm-up first; L2 flushed before every launch.
 template <typename F>
-void time_loop(benchmark::State& st, F&& launch) {
+void time_loop(benchmark::State& st, F&& launch, bool warmup = true) {
   Gpu& g = Gpu::get();
-  launch();
-  ck(cudaStreamSynchronize(g.stream), "warm-up");
+  if (warmup) {
+    launch();
+    ck(cudaStreamSynchronize(g.stream), "warm-up");
+  }
   for (auto _ : st) {
     g.flush_l2();
     ck(cudaEventRecord(g.start, g.stream), "cudaEventRecord");
@@ -135,7 +138,8 @@ double cross_pairs(I64 first, I64 n) {
 
 /// One operator case: B sequences, each with T base tokens after P cached ones, the last T_out
 /// with output queries, window w.
-void run_case(benchmark::State& st, int B, I64 T, I64 P, I64 T_out, I64 w, bool deterministic, I64 complexity_n) {
+void run_case(benchmark::State& st, int B, I64 T, I64 P, I64 T_out, I64 w, bool deterministic, I64 complexity_n,
+              bool warmup = true) {
   try {
     const I64 cap = P + T;
     const double q_elems = double(B) * T * kHq * kD, qo_elems = double(B) * T_out * kHq * kD;
@@ -180,7 +184,7 @@ void run_case(benchmark::State& st, int B, I64 T, I64 P, I64 T_out, I64 w, bool 
     buf.workspace_bytes = ws_bytes;
     ck(cudaStreamSynchronize(g.stream), "fill");
 
-    time_loop(st, [&] { oc::attention_forward(cfg, lay, buf, g.stream); });
+    time_loop(st, [&] { oc::attention_forward(cfg, lay, buf, g.stream); }, warmup);
 
     const double pairs = B * (swa_pairs(P, T, w) + cross_pairs(P + T - T_out, T_out));
     const I64 first_key = T_out > 0 ? 0 : std::max<I64>(0, P - w + 1);
@@ -205,6 +209,11 @@ void BM_swa_stream(benchmark::State& st) { run_case(st, 1, st.range(0), 0, 0, kW
 void BM_full_prefill(benchmark::State& st) { run_case(st, 1, st.range(0), 0, 1, kFull, false, st.range(0)); }
 void BM_full_causal_out(benchmark::State& st) {
   run_case(st, 1, st.range(0), 0, st.range(0), 1, false, st.range(0));
+}
+/// Full causal attention at 256K..1M (seconds per call): one timed call, no warm-up (the kernel
+/// is already loaded by gpu/full_causal_out), no repetitions.
+void BM_full_causal_out_long(benchmark::State& st) {
+  run_case(st, 1, st.range(0), 0, st.range(0), 1, false, st.range(0), false);
 }
 void BM_pt(benchmark::State& st) { run_case(st, 1, st.range(0), 0, st.range(0), kWindow, false, st.range(0)); }
 template <int B>
@@ -286,6 +295,15 @@ void register_all() {
   sweep("gpu/full_prefill", BM_full_prefill, 8192, 131072, "T");
   sweep("gpu/full_causal_out", BM_full_causal_out, 8192, 131072, "T");
   sweep("gpu/pt", BM_pt, 8192, 131072, "T");
+  benchmark::RegisterBenchmark("gpu/full_causal_out_long", BM_full_causal_out_long)
+      ->ArgName("T")
+      ->RangeMultiplier(2)
+      ->Range(262144, 1 << 20)
+      ->Iterations(1)
+      ->Repetitions(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Complexity();
   sweep("gpu/decode_pair_b1", BM_decode_pair<1>, 8192, 1 << 20, "N");
   sweep("gpu/full_decode_b1", BM_full_decode<1>, 8192, 1 << 20, "N");
   sweep("gpu/decode_pair_det_b1", BM_decode_pair_det<1>, 8192, 1 << 20, "N");

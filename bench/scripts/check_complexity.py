@@ -128,7 +128,8 @@ def fit_family(fam, runs):
         r0 = reps[0]
         flops = float(np.median([r.get("FLOP/s", 0.0) * to_seconds(r, "real_time") for r in reps]))
         n = int(r0.get("complexity_n", 0)) or math.prod(a.values())
-        rows.append(dict(run=run_name, args=a, N=n, time=t, pairs=float(r0.get("pairs", 0.0)), flops=flops,
+        wall = float(np.median([to_seconds(r, "real_time") for r in reps]))
+        rows.append(dict(run=run_name, args=a, N=n, time=t, wall=wall, pairs=float(r0.get("pairs", 0.0)), flops=flops,
                          reps=len(reps)))
     rows.sort(key=lambda r: (r["N"], r["run"]))
     logt = np.log([r["time"] for r in rows])
@@ -229,10 +230,22 @@ def main():
 
     ctx = data.get("context", {})
     lines = []
-    lines.append(f"Machine: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs @ "
-                 f"{ctx.get('mhz_per_cpu', '?')} MHz, load average {ctx.get('load_avg', '?')}, "
-                 f"OMP max threads {ctx.get('omp_max_threads', '?')}, build {ctx.get('library_build_type', '?')}; "
-                 f"shape: {ctx.get('shape', '?')}")
+    try:
+        commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short",
+                                 "HEAD"], capture_output=True, text=True).stdout.strip() or "?"
+    except OSError:
+        commit = "?"
+    load_avg = ", ".join(f"{x:.1f}" for x in ctx.get("load_avg", []))
+    how = "swept" if a.binary else "fits recomputed from the JSON"
+    lines.append(f"Run {ctx.get('date', '?')}; {how} at commit {commit}.  ")
+    lines.append(f"Machine: `{ctx.get('host_name', '?')}`, {ctx.get('num_cpus', '?')} vCPUs @ "
+                 f"{ctx.get('mhz_per_cpu', '?')} MHz, caches "
+                 + ", ".join(f"L{c['level']} {c['size'] // 1024} KiB" for c in ctx.get("caches", [])
+                             if c.get("type") in ("Data", "Unified"))
+                 + f"; load average at start {load_avg} (shared with other jobs); OMP max threads "
+                 f"{ctx.get('omp_max_threads', '?')}; Google Benchmark library build: "
+                 f"{ctx.get('library_build_type', '?')} (Debian's package; the benchmarks are -O3 Release).  ")
+    lines.append(f"Shape: {ctx.get('shape', '?')}; FLOPs: {ctx.get('flop_count', '?')}.  ")
     lines.append(f"Fitted time: {TIME_FIELD}, {a.stat} of {max(p['reps'] for r in results for p in r['points'])} "
                  f"repetitions per point.")
     lines.append("")
@@ -249,8 +262,20 @@ def main():
         exp = "-" if r["expected"] is None else ("N" if r["expected"] == 1 else f"N^{r['expected']}")
         lines.append(f"| {r['family']} | {len(ns)} ({min(ns)}..{max(ns)}) | {exp} | {fitted} | {model} | "
                      f"{r['r2']:.4f} | {r['gbench_bigo']} | {r['verdict']} |")
+    lines.append("")
+    lines.append(f"Per point ({TIME_FIELD} = {a.stat} over repetitions; wall = median real time; GFLOP/s per "
+                 f"{TIME_FIELD}):")
+    lines.append("")
+    lines.append("| family | point | N | time (ms) | wall (ms) | GFLOP/s | pairs |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for r in results:
+        for p in r["points"]:
+            args = ",".join(f"{k}={v}" for k, v in p["args"].items())
+            gf = p["flops"] / p["time"] / 1e9 if p["time"] > 0 else 0.0
+            lines.append(f"| {r['family']} | {args} | {p['N']} | {1e3 * p['time']:.3f} | {1e3 * p['wall']:.3f} | "
+                         f"{gf:.2f} | {p['pairs']:.0f} |")
     table = "\n".join(lines)
-    print(table)
+    print(table.split("\n\nPer point")[0])
     if a.md:
         with open(a.md, "w") as f:
             f.write(table + "\n")

@@ -64,6 +64,10 @@ def load(path, field, stat):
             pts.append(p)
         pts.sort(key=lambda p: (p["N"], p["run"]))
         out[fam] = pts
+    # a family's long tail registered separately (e.g. gpu/full_causal_out_long) joins its family
+    for fam in [f for f in out if f.endswith("_long")]:
+        base = fam[: -len("_long")]
+        out[base] = sorted(out.get(base, []) + out.pop(fam), key=lambda p: (p["N"], p["run"]))
     return data, out
 
 
@@ -211,13 +215,13 @@ def plot_gpu(path, prefix, peak_tflops):
         if not pts:
             continue
         x = np.array([p["N"] for p in pts], float)
-        if bw:
+        if bw and all("bytes_per_second_amount" in p for p in pts):
             axs[0].semilogx(x, [p.get("bytes_per_second_amount", 0) / p["time"] / bw for p in pts], "o-", base=2,
                             label=label)
         fl = np.array([p.get("FLOP/s_amount", 0) / p["time"] for p in pts])
-        axs[1].semilogx(x, fl / (peak_tflops * 1e12), "o-", base=2, label=label + " / datasheet")
+        axs[1].loglog(x, fl / (peak_tflops * 1e12), "o-", base=2, label=label + " / datasheet")
         if tc:
-            axs[1].semilogx(x, fl / tc, "x:", base=2, label=label + " / measured GEMM")
+            axs[1].loglog(x, fl / tc, "x:", base=2, label=label + " / measured GEMM")
     axs[0].set_title(f"fraction of measured HBM bandwidth ({bw / 1e12:.2f} TB/s d2d copy)" if bw else
                      "no gpu/copy_d2d in this run", fontsize=9)
     axs[0].set_ylabel("compulsory bytes/s ÷ copy bytes/s")
@@ -242,7 +246,7 @@ def plot_gpu(path, prefix, peak_tflops):
         b = {p["N"]: p["time"] for p in f.get(full, [])}
         ns = sorted(set(a) & set(b))
         if ns:
-            ax.semilogx(ns, [b[n] / a[n] for n in ns], "o-", base=2, label=label)
+            ax.loglog(ns, [b[n] / a[n] for n in ns], "o-", base=2, label=label)
             for n in ns:
                 ax.annotate(f"{b[n] / a[n]:.1f}×", (n, b[n] / a[n]), fontsize=7, textcoords="offset points",
                             xytext=(0, 5))
