@@ -1,0 +1,300 @@
+// `orthros check`: validates a port's attention outputs against the float64 oracle under SPEC §6.
+//   orthros check --case CASE --actual RESULT [--expected EXPECTED] [--dtype X] [--json]
+//   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--json]
+// Per tensor (o, o_out, lse, lse_out): relative Frobenius error, max abs error, max relative
+// error, worst index [t, h, d], NaN/Inf counts, the rows over the abs bound with their absolute
+// positions, pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 otherwise.
+#include "command.hpp"
+#include "portkit.hpp"
+
+#include "orthros/case_io.hpp"
+#include "orthros/check.hpp"
+#include "orthros/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace orthros::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+struct CaseReport {
+  std::string name, regime, dtype, error;
+  std::int64_t T = 0, P = 0, T_out = 0, Hq = 0, Hkv = 0, D = 0, window = 0;
+  std::vector<check::TensorReport> tensors;
+  bool pass = false, skipped = false;
+};
+
+/// Absolute (1-based) position of row `row` of tensor `name` (SPEC §2: base row i is position
+/// P+i+1, output row i is position P+T-T_out+i+1).
+std::int64_t position(const CaseReport& c, const std::string& name, std::int64_t row) {
+  const bool out = name == "o_out" || name == "lse_out";
+  return (out ? c.P + c.T - c.T_out : c.P) + row + 1;
+}
+
+/// Compares each output of `actual` with `expected` (F64) under SPEC §6; fills c.tensors, c.pass.
+void compare_outputs(CaseReport& c, const portkit::Expected& expected, const st::File& actual) {
+  c.pass = true;
+  for (const char* n : portkit::output_names()) {
+    const st::Tensor& ref = expected.file.tensors.at(n);
+    auto it = actual.tensors.find(n);
+    require(it != actual.tensors.end(), "the result file has no tensor \"", n, "\" (needs o, o_out, lse, lse_out)");
+    check::TensorReport r = check::compare(n, portkit::values(it->second), it->second.shape, portkit::values(ref),
+                                           ref.shape, expected.dtype, expected.oracle_err.at(n));
+    c.pass = c.pass && r.pass;
+    c.tensors.push_back(std::move(r));
+  }
+}
+
+void fill_shape_info(CaseReport& c, const st::File& case_file) {
+  const AttentionCase<double> ac = load_attention_case<double>(case_file);
+  c.T = ac.T;
+  c.P = ac.P;
+  c.T_out = ac.T_out;
+  c.Hq = ac.dims.num_q_heads;
+  c.Hkv = ac.dims.num_kv_heads;
+  c.D = ac.dims.head_dim;
+  c.window = ac.options.window;
+}
+
+std::string index_str(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+/// "4-7, 9" from ascending rows.
+std::string ranges(const std::vector<std::int64_t>& rows, std::int64_t offset) {
+  std::string s;
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i;
+    while (j + 1 < rows.size() && rows[j + 1] == rows[j] + 1) ++j;
+    if (!s.empty()) s += ", ";
+    s += std::to_string(rows[i] + offset);
+    if (j > i) s += "-" + std::to_string(rows[j] + offset);
+    i = j + 1;
+  }
+  return s;
+}
+
+void print_case(const CaseReport& c) {
+  const char* tag = c.skipped ? "SKIP" : (c.pass ? "PASS" : "FAIL");
+  std::printf("[%s] %s  (%s%sT=%lld P=%lld T_out=%lld H_q=%lld H_kv=%lld D=%lld w=%lld, %s)\n", tag, c.name.c_str(),
+              c.regime.c_str(), c.regime.empty() ? "" : ", ", (long long)c.T, (long long)c.P, (long long)c.T_out,
+              (long long)c.Hq, (long long)c.Hkv, (long long)c.D, (long long)c.window, c.dtype.c_str());
+  if (!c.error.empty()) {
+    std::printf("    error: %s\n", c.error.c_str());
+    return;
+  }
+  if (c.skipped) return;
+  std::printf("    %-8s %-14s %-21s %-21s %-9s %-14s %-25s %4s %4s  %s\n", "tensor", "shape", "rel_err (tol)",
+              "max_abs (tol)", "max_rel", "worst", "actual / expected", "NaN", "Inf", "result");
+  for (const auto& r : c.tensors) {
+    char rel[32], ab[32], wv[48];
+    std::snprintf(rel, sizeof rel, "%.2e (%.0e)", r.rel_fro, r.rel_tol);
+    std::snprintf(ab, sizeof ab, "%.2e (%.2e)", r.max_abs, r.abs_tol);
+    std::snprintf(wv, sizeof wv, "%.6g / %.6g", r.worst_actual, r.worst_ref);
+    std::string res = r.pass ? "pass" : "FAIL";
+    if (!r.pass) {
+      res += " (";
+      if (!r.shape_ok) res += "shape";
+      else {
+        std::string why;
+        if (!r.pass_finite) why += "nan/inf";
+        if (!r.pass_rel) why += std::string(why.empty() ? "" : ",") + "rel";
+        if (!r.pass_abs) why += std::string(why.empty() ? "" : ",") + "abs";
+        res += why;
+      }
+      res += ")";
+    }
+    std::printf("    %-8s %-14s %-21s %-21s %-9.2e %-14s %-25s %4lld %4lld  %s\n", r.name.c_str(),
+                index_str(r.shape).c_str(), rel, ab, r.max_rel,
+                r.worst_index.empty() ? "-" : index_str(r.worst_index).c_str(), r.worst_index.empty() ? "-" : wv,
+                (long long)r.nan_count, (long long)r.inf_count, res.c_str());
+  }
+  for (const auto& r : c.tensors) {
+    if (r.bad_row_count == 0) continue;
+    const std::int64_t rows = r.shape.empty() ? 0 : r.shape[0];
+    std::printf("    %s: %lld of %lld rows over the abs bound or non-finite: rows %s%s = positions t = %s%s\n",
+                r.name.c_str(), (long long)r.bad_row_count, (long long)rows, ranges(r.bad_rows, 0).c_str(),
+                r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "",
+                ranges(r.bad_rows, position(c, r.name, 0)).c_str(),
+                r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "");
+  }
+}
+
+json tensor_json(const check::TensorReport& r, const CaseReport& c) {
+  std::vector<std::int64_t> pos;
+  for (auto row : r.bad_rows) pos.push_back(position(c, r.name, row));
+  auto num = [](double x) -> json { return std::isfinite(x) ? json(x) : json(std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf")); };
+  return json{{"name", r.name},         {"shape", r.shape},
+              {"shape_ok", r.shape_ok}, {"rel_err", num(r.rel_fro)},
+              {"rel_tol", r.rel_tol},   {"max_abs", num(r.max_abs)},
+              {"abs_tol", r.abs_tol},   {"oracle_at_dtype_maxabs", r.oracle_at_dtype_maxabs},
+              {"max_rel", num(r.max_rel)}, {"worst_index", r.worst_index},
+              {"worst_actual", num(r.worst_actual)}, {"worst_expected", num(r.worst_ref)},
+              {"nan_count", r.nan_count}, {"inf_count", r.inf_count},
+              {"bad_rows", r.bad_rows}, {"bad_positions", pos},
+              {"bad_row_count", r.bad_row_count}, {"pass_rel", r.pass_rel},
+              {"pass_abs", r.pass_abs}, {"pass_finite", r.pass_finite},
+              {"pass", r.pass}};
+}
+
+json case_json(const CaseReport& c) {
+  json t = json::array();
+  for (const auto& r : c.tensors) t.push_back(tensor_json(r, c));
+  json j{{"name", c.name}, {"regime", c.regime}, {"dtype", c.dtype}, {"T", c.T}, {"P", c.P}, {"T_out", c.T_out},
+         {"H_q", c.Hq}, {"H_kv", c.Hkv}, {"D", c.D}, {"window", c.window},
+         {"status", c.skipped ? "skipped" : (c.pass ? "pass" : "fail")}, {"tensors", t}};
+  if (!c.error.empty()) j["error"] = c.error;
+  return j;
+}
+
+/// Prints every case (table or JSON) and the summary; returns the exit status.
+int finish(const std::vector<CaseReport>& cases, bool as_json) {
+  int passed = 0, failed = 0, skipped = 0;
+  for (const auto& c : cases) (c.skipped ? skipped : (c.pass ? passed : failed))++;
+  if (as_json) {
+    json all = json::array();
+    for (const auto& c : cases) all.push_back(case_json(c));
+    json out{{"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"pass", failed == 0 && passed > 0},
+             {"cases", all}};
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    for (const auto& c : cases) print_case(c);
+    if (skipped) std::printf("%d passed, %d failed, %d skipped (no result file)\n", passed, failed, skipped);
+    else std::printf("%d passed, %d failed\n", passed, failed);
+  }
+  return (failed == 0 && passed > 0) ? 0 : 1;
+}
+
+struct Args {
+  std::string case_path, actual, expected, dtype, suite, actual_dir, only;
+  bool json = false, skip_missing = false;
+};
+
+int run_case(const Args& a) {
+  CaseReport c;
+  c.name = fs::path(a.case_path).stem().string();
+  try {
+    const st::File cf = st::read_file(a.case_path);
+    fill_shape_info(c, cf);
+    auto reg = cf.metadata.find("regime");
+    if (reg != cf.metadata.end()) c.regime = reg->second;
+    portkit::Expected e;
+    if (!a.expected.empty()) {
+      e = portkit::load_expected(st::read_file(a.expected));
+    } else {
+      // dtype: --dtype, else the case's "dtype" metadata (golden files), else q's storage dtype.
+      std::string dt = a.dtype;
+      auto m = cf.metadata.find("dtype");
+      if (dt.empty() && m != cf.metadata.end()) dt = m->second;
+      if (dt.empty()) dt = portkit::check_dtype(cf.tensors.at("q").dtype);
+      e = portkit::compute_expected(cf, dt);
+    }
+    if (!a.dtype.empty()) e.dtype = a.dtype;
+    c.dtype = e.dtype;
+    compare_outputs(c, e, st::read_file(a.actual));
+  } catch (const Error& err) {
+    c.pass = false;
+    c.error = err.what();
+  }
+  return finish({c}, a.json);
+}
+
+int run_suite(const Args& a) {
+  const fs::path root(a.suite);
+  std::ifstream mf(root / "manifest.json");
+  require(static_cast<bool>(mf), "--suite: cannot read ", (root / "manifest.json").string(),
+          " (write a suite with `orthros golden --out DIR`)");
+  json m;
+  try {
+    m = json::parse(mf);
+  } catch (const std::exception& e) {
+    throw Error(detail::cat((root / "manifest.json").string(), ": invalid JSON: ", e.what()));
+  }
+  require(m.value("format", "") == "orthros-golden" && m.contains("cases") && m["cases"].is_array(),
+          (root / "manifest.json").string(), " is not an orthros golden manifest");
+  std::vector<CaseReport> out;
+  for (const json& jc : m["cases"]) {
+    CaseReport c;
+    try {
+      c.name = jc.at("name").get<std::string>();
+      if (!a.only.empty() && c.name.find(a.only) == std::string::npos) continue;
+      c.regime = jc.value("regime", "");
+      c.dtype = jc.value("dtype", "");
+      c.T = jc.at("T");
+      c.P = jc.at("P");
+      c.T_out = jc.at("T_out");
+      c.Hq = jc.at("H_q");
+      c.Hkv = jc.at("H_kv");
+      c.D = jc.at("D");
+      c.window = jc.at("window");
+      const fs::path actual = fs::path(a.actual_dir) / (c.name + ".safetensors");
+      if (!fs::exists(actual)) {
+        if (a.skip_missing) {
+          c.skipped = true;
+          out.push_back(c);
+          continue;
+        }
+        throw Error("no result file " + actual.string());
+      }
+      portkit::Expected e = portkit::load_expected(st::read_file((root / jc.at("expected").get<std::string>()).string()));
+      if (!a.dtype.empty()) e.dtype = a.dtype;
+      c.dtype = e.dtype;
+      compare_outputs(c, e, st::read_file(actual.string()));
+    } catch (const Error& err) {
+      c.pass = false;
+      c.error = err.what();
+    } catch (const json::exception& err) {
+      c.pass = false;
+      c.error = std::string("manifest entry: ") + err.what();
+    }
+    out.push_back(c);
+  }
+  require(!out.empty(), "no case of ", (root / "manifest.json").string(), " matches --only \"", a.only, "\"");
+  return finish(out, a.json);
+}
+
+const bool reg = add_command(
+    "check",
+    "Check a port's outputs against the float64 oracle under SPEC §6 (one case, or a golden suite)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<Args>();
+      auto* c = sub.add_option("--case", a->case_path, "case .safetensors (SPEC §5 inputs)");
+      auto* r = sub.add_option("--actual", a->actual, "the port's result .safetensors for --case");
+      sub.add_option("--expected", a->expected,
+                     "expected file from `orthros golden` for --case (default: run the oracle on the case now)")
+          ->needs(c);
+      auto* s = sub.add_option("--suite", a->suite, "golden suite directory (with manifest.json)");
+      auto* d = sub.add_option("--actual-dir", a->actual_dir, "directory of the port's results, NAME.safetensors");
+      sub.add_option("--dtype", a->dtype, "dtype whose tolerance applies (default: the suite's / the case's)")
+          ->check(CLI::IsMember({"f64", "f32", "bf16", "f16"}));
+      sub.add_option("--only", a->only, "--suite: check only cases whose name contains this")->needs(s);
+      sub.add_flag("--skip-missing", a->skip_missing, "--suite: report cases without a result file as skipped")
+          ->needs(s);
+      sub.add_flag("--json", a->json, "print the report as JSON (for CI)");
+      c->needs(r);
+      r->needs(c);
+      s->needs(d);
+      d->needs(s);
+      c->excludes(s);
+      s->excludes(c);
+      return [a]() -> int {
+        require(!a->case_path.empty() || !a->suite.empty(),
+                "give --case CASE --actual RESULT, or --suite DIR --actual-dir DIR2");
+        return a->suite.empty() ? run_case(*a) : run_suite(*a);
+      };
+    });
+
+}  // namespace
+}  // namespace orthros::cli

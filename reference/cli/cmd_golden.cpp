@@ -1,0 +1,345 @@
+// `orthros golden --out DIR [--dtype f64|f32|bf16|f16] [--config tiny|qwen3-8b|llama3.1-8b] [--seed S]`:
+// writes the versioned golden suite a port validates against (issue 3; docs/porting.md):
+//   DIR/manifest.json              every case: files, regime, group, shapes, dtype, tolerance
+//   DIR/cases/NAME.safetensors     inputs (SPEC §5): q, k, v, q_out in the suite dtype; window[, scale]
+//   DIR/expected/NAME.safetensors  float64 oracle outputs o, o_out, lse, lse_out + E_X per tensor
+// Inputs come from a portable generator (splitmix64) seeded by (seed, case name), so a case's
+// bytes depend only on the seed, dtype, config and its own definition: regenerating gives
+// identical bytes, and adding a case never changes the others.
+#include "command.hpp"
+#include "portkit.hpp"
+
+#include "orthros/attention.hpp"
+#include "orthros/case_io.hpp"
+#include "orthros/check.hpp"
+#include "orthros/configs.hpp"
+#include "orthros/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace orthros::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;  // keeps the order written: format and version first
+using Index = Eigen::Index;
+
+/// Version of the suite's contents and layout; bump when a case or the layout changes.
+constexpr int kSuiteVersion = 1;
+
+/// splitmix64: tiny, portable, identical on every platform (unlike std::*_distribution).
+struct SplitMix {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  /// Magnitude in [0.05, 1) * amp with a random sign: never zero, never tiny.
+  double nonzero(double amp) {
+    const double m = amp * (0.05 + 0.95 * uniform());
+    return (next() & 1) ? -m : m;
+  }
+};
+
+/// FNV-1a of a name: a per-case seed offset that does not depend on the case's rank in the suite.
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+Mat<double> random_mat(Index rows, Index cols, SplitMix& g, double amp) {
+  Mat<double> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = g.nonzero(amp);
+  return m;
+}
+
+/// A whole sequence of N positions: base queries, keys, values and an output query at every
+/// position. Regime cases are windows of one sequence, so their expected outputs are rows of
+/// the PT case's (a port can check its regimes agree, as SPEC §4 requires of the oracle).
+struct Sequence {
+  Mat<double> q, k, v, q_out;  // [N, H_q*D], [N, H_kv*D], [N, H_kv*D], [N, H_q*D]
+  AttentionDims dims;
+};
+
+Sequence make_sequence(std::uint64_t seed, const std::string& name, Index N, const AttentionDims& d, double amp) {
+  SplitMix g{seed ^ fnv1a(name)};
+  Sequence s;
+  s.dims = d;
+  s.q = random_mat(N, Index(d.num_q_heads) * d.head_dim, g, amp);
+  s.k = random_mat(N, Index(d.num_kv_heads) * d.head_dim, g, amp);
+  s.v = random_mat(N, Index(d.num_kv_heads) * d.head_dim, g, 1.0);
+  s.q_out = random_mat(N, Index(d.num_q_heads) * d.head_dim, g, amp);
+  return s;
+}
+
+/// One case of the suite, before it is written.
+struct CaseSpec {
+  std::string name, regime, group, description;
+  int group_index = -1, group_size = 0;
+  Mat<double> q, k, v, q_out;
+  AttentionDims dims;
+  AttentionOptions opt;
+};
+
+/// The call on tokens P+1..P+T of `s` with output queries for the last T_out of them.
+CaseSpec slice(const Sequence& s, Index P, Index T, Index T_out, std::int64_t window) {
+  CaseSpec c;
+  c.dims = s.dims;
+  c.opt.window = window;
+  c.q = s.q.middleRows(P, T);
+  c.k = s.k.topRows(P + T);
+  c.v = s.v.topRows(P + T);
+  c.q_out = s.q_out.middleRows(P + T - T_out, T_out);
+  return c;
+}
+
+CaseSpec named(CaseSpec c, std::string name, std::string regime, std::string description, std::string group = "",
+               int idx = -1, int size = 0) {
+  c.name = std::move(name);
+  c.regime = std::move(regime);
+  c.description = std::move(description);
+  c.group = std::move(group);
+  c.group_index = idx;
+  c.group_size = size;
+  return c;
+}
+
+std::string I(Index x) { return std::to_string(x); }
+
+/// Builds every case of the suite (regimes at the config's shapes; edges at fixed shapes).
+std::vector<CaseSpec> build_suite(const AttentionConfig& cfg, std::uint64_t seed, json& groups) {
+  std::vector<CaseSpec> out;
+  const AttentionDims cd = cfg.dims();
+  const std::int64_t w = cfg.window;
+  const Index N = 2 * w + 13;  // crosses the window twice, not a multiple of it
+  const Sequence seq = make_sequence(seed, "sequence", N, cd, 1.0);
+
+  // ---- regimes of SPEC §4 on one sequence ----
+  out.push_back(named(slice(seq, 0, N, N, w), "pt", "pt", "pre-training: T_out = T, P = 0 (all positions predict)"));
+  const Index sft_out = std::max<Index>(1, N / 4);
+  out.push_back(named(slice(seq, 0, N, sft_out, w), "sft", "sft",
+                      "SFT: output queries for the last " + I(sft_out) + " positions (the response), P = 0"));
+  out.push_back(named(slice(seq, 0, N, 1, w), "prefill", "prefill",
+                      "prefill: one output query at the last prompt token, P = 0"));
+  {
+    const std::vector<Index> chunks{w + 1, w / 2 + 3, N - (w + 1) - (w / 2 + 3)};
+    json g = {{"name", "chunked_prefill"}, {"regime", "chunked_prefill"}, {"cases", json::array()},
+              {"note", "one prompt in 3 chunks; chunk i continues the cache of chunks < i (P > 0); only the last "
+                       "chunk has an output query. Rows equal rows of 'pt' (o) and 'prefill' (o_out)."}};
+    Index P = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const bool last = i + 1 == chunks.size();
+      const std::string n = "chunked_prefill_" + I(Index(i) + 1) + "of3";
+      out.push_back(named(slice(seq, P, chunks[i], last ? 1 : 0, w), n, "chunked_prefill",
+                          "chunk " + I(Index(i) + 1) + " of 3: tokens " + I(P + 1) + ".." + I(P + chunks[i]) +
+                              (last ? ", output query at the last token" : ", T_out = 0 (only fills the cache)"),
+                          "chunked_prefill", int(i), int(chunks.size())));
+      g["cases"].push_back(n);
+      P += chunks[i];
+    }
+    groups.push_back(g);
+  }
+  {
+    const int steps = 4;
+    json g = {{"name", "decode"}, {"regime", "decode"}, {"cases", json::array()},
+              {"note", "prefill of the first N-4 tokens (not a case), then 4 decode pairs: T = 1, T_out = 1, "
+                       "P = t - 1. Each step's o row equals row t of 'pt'.o; its o_out row equals 'pt'.o_out row t."}};
+    for (int i = 0; i < steps; ++i) {
+      const Index P = N - steps + i;
+      const std::string n = "decode_step_" + I(i + 1);
+      out.push_back(named(slice(seq, P, 1, 1, w), n, "decode",
+                          "decode pair at position t = " + I(P + 1) + " over a cache of P = " + I(P), "decode", i,
+                          steps));
+      g["cases"].push_back(n);
+    }
+    groups.push_back(g);
+  }
+  // ---- ragged batches: one case per sequence, grouped (see docs/porting.md) ----
+  {
+    const std::vector<Index> lens{3, w + 2, 2 * w + 7};
+    json gp = {{"name", "ragged_prefill"}, {"regime", "ragged_prefill"}, {"cases", json::array()},
+               {"note", "a batch of 3 prompts of different lengths, one case per sequence; pack them in manifest "
+                        "order for a cu_seqlens-style kernel (cu_seqlens_q = prefix sums of T)."}};
+    json gd = {{"name", "ragged_decode"}, {"regime", "ragged_decode"}, {"cases", json::array()},
+               {"note", "one decode step of a batch of 3 sequences with caches of different lengths, one case per "
+                        "sequence (cu_seqlens_k = prefix sums of P+1)."}};
+    for (size_t b = 0; b < lens.size(); ++b) {
+      const Sequence s = make_sequence(seed, "ragged_" + I(Index(b)), lens[b] + 1, cd, 1.0);
+      const std::string np = "ragged_prefill_b" + I(Index(b)), nd = "ragged_decode_b" + I(Index(b));
+      out.push_back(named(slice(s, 0, lens[b], 1, w), np, "ragged_prefill",
+                          "sequence " + I(Index(b)) + " of a ragged prefill batch: T = " + I(lens[b]),
+                          "ragged_prefill", int(b), int(lens.size())));
+      out.push_back(named(slice(s, lens[b], 1, 1, w), nd, "ragged_decode",
+                          "sequence " + I(Index(b)) + " of a ragged decode batch: P = " + I(lens[b]),
+                          "ragged_decode", int(b), int(lens.size())));
+      gp["cases"].push_back(np);
+      gd["cases"].push_back(nd);
+    }
+    groups.push_back(gp);
+    groups.push_back(gd);
+  }
+
+  // ---- edges (fixed shapes, head dims 64/128) ----
+  struct Edge {
+    std::string name, description;
+    int Hq, Hkv, D;
+    Index P, T, T_out;
+    std::int64_t w;
+    double amp;    // magnitude of q, k (v is always 1)
+    double scale;  // softmax scale written to the metadata; 0: none (default 1/sqrt(D))
+  };
+  const std::vector<Edge> edges{
+      {"edge_w1", "w = 1: a token sees only itself, o_t = v_t", 4, 2, 64, 0, 12, 3, 1, 1.0, 0},
+      {"edge_w_eq_T", "w = T: the base stream is plain causal attention", 4, 2, 64, 0, 10, 2, 10, 1.0, 0},
+      {"edge_T_lt_w", "T < w: window larger than the sequence", 4, 2, 64, 0, 10, 10, 64, 1.0, 0},
+      {"edge_gqa1", "GQA ratio 1 (H_q = H_kv = 8)", 8, 8, 64, 0, 40, 4, 16, 1.0, 0},
+      {"edge_gqa4", "GQA ratio 4 (8 query heads, 2 KV heads)", 8, 2, 64, 0, 40, 4, 16, 1.0, 0},
+      {"edge_gqa8", "GQA ratio 8 (8 query heads, 1 KV head)", 8, 1, 64, 0, 40, 4, 16, 1.0, 0},
+      {"edge_gqa3", "GQA ratio 3, not a power of two (6/2)", 6, 2, 64, 0, 20, 2, 8, 1.0, 0},
+      {"edge_gqa7", "GQA ratio 7, not a power of two (28/4)", 28, 4, 64, 0, 20, 2, 8, 1.0, 0},
+      {"edge_d128", "head dim 128", 4, 2, 128, 0, 33, 5, 8, 1.0, 0},
+      {"edge_d64", "head dim 64", 4, 2, 64, 0, 33, 5, 8, 1.0, 0},
+      {"edge_large_logits", "|q|,|k| up to 120: scores of order 1e4 (max subtraction needed)", 4, 2, 64, 0, 24, 4, 8,
+       120.0, 0},
+      {"edge_scale", "softmax scale 0.3 given in the metadata (not 1/sqrt(D))", 4, 2, 64, 0, 20, 3, 5, 1.0, 0.3},
+      {"edge_cache_sft", "P > 0 and T_out > 1: SFT continuing a cache of 20", 4, 2, 64, 20, 16, 6, 8, 1.0, 0},
+      {"edge_single_token", "T = 1, P = 0: the first token of a sequence", 4, 2, 64, 0, 1, 1, 4, 1.0, 0},
+      {"edge_window_probe", "SPEC §8: T = 8, w = 4 (off-by-one windows fail rows 5..8)", 2, 1, 64, 0, 8, 1, 4, 1.0, 0},
+      {"edge_long_window", "w = 128 over T = 300 (window longer than a tile, T not a tile multiple)", 8, 2, 64, 0,
+       300, 3, 128, 1.0, 0},
+  };
+  for (const Edge& e : edges) {
+    const AttentionDims d{e.Hq, e.Hkv, e.D};
+    const Sequence s = make_sequence(seed, e.name, e.P + e.T, d, e.amp);
+    CaseSpec c = slice(s, e.P, e.T, e.T_out, e.w);
+    if (e.scale != 0) c.opt.scale = e.scale;
+    out.push_back(named(std::move(c), e.name, "edge", e.description));
+  }
+  return out;
+}
+
+json shape_json(const st::Tensor& t) { return json(t.shape); }
+
+struct Args {
+  std::string out, dtype = "f32", config = "tiny";
+  std::uint64_t seed = 20261013;
+};
+
+int run_golden(const Args& a) {
+  const st::DType dt = portkit::parse_check_dtype(a.dtype);
+  const AttentionConfig cfg = attention_config(a.config);
+  const fs::path root(a.out);
+  std::error_code ec;
+  fs::create_directories(root / "cases", ec);
+  require(!ec, "--out: cannot create directory ", (root / "cases").string(), ": ", ec.message());
+  fs::create_directories(root / "expected", ec);
+  require(!ec, "--out: cannot create directory ", (root / "expected").string(), ": ", ec.message());
+
+  json groups = json::array();
+  const std::vector<CaseSpec> specs = build_suite(cfg, a.seed, groups);
+  const double rel = check::rel_tolerance(a.dtype);
+  json cases = json::array();
+  int n = 0;
+  for (const CaseSpec& c : specs) {
+    st::File cf = make_attention_case<double>(c.q, c.k, c.v, c.q_out, c.dims, c.opt, dt);
+    cf.metadata["suite_version"] = std::to_string(kSuiteVersion);
+    cf.metadata["case"] = c.name;
+    cf.metadata["regime"] = c.regime;
+    cf.metadata["dtype"] = a.dtype;
+    const portkit::Expected e = portkit::compute_expected(cf, a.dtype);
+    const std::string case_rel = "cases/" + c.name + ".safetensors", exp_rel = "expected/" + c.name + ".safetensors";
+    st::write_file((root / case_rel).string(), cf);
+    st::File ef = e.file;
+    ef.metadata["case"] = c.name;
+    ef.metadata["suite_version"] = std::to_string(kSuiteVersion);
+    st::write_file((root / exp_rel).string(), ef);
+
+    json shapes, abs_tol, errs;
+    for (const char* t : {"q", "k", "v", "q_out"}) shapes[t] = shape_json(cf.tensors.at(t));
+    for (const char* t : portkit::output_names()) {
+      shapes[t] = shape_json(ef.tensors.at(t));
+      abs_tol[t] = check::abs_tolerance(e.oracle_err.at(t));
+      errs[t] = e.oracle_err.at(t);
+    }
+    const Index T = c.q.rows(), T_out = c.q_out.rows(), P = c.k.rows() - T;
+    json j = {{"name", c.name},
+              {"file", case_rel},
+              {"expected", exp_rel},
+              {"regime", c.regime},
+              {"description", c.description},
+              {"T", T},
+              {"P", P},
+              {"T_out", T_out},
+              {"H_q", c.dims.num_q_heads},
+              {"H_kv", c.dims.num_kv_heads},
+              {"D", c.dims.head_dim},
+              {"window", c.opt.window},
+              {"scale", softmax_scale(c.opt, c.dims.head_dim)},
+              {"scale_in_metadata", c.opt.scale.has_value()},
+              {"shapes", shapes},
+              {"dtype", a.dtype},
+              {"tolerance", {{"rel", rel}, {"abs", abs_tol}, {"oracle_at_dtype_maxabs", errs}}}};
+    if (!c.group.empty()) j["group"] = {{"name", c.group}, {"index", c.group_index}, {"size", c.group_size}};
+    cases.push_back(j);
+    ++n;
+  }
+  json manifest = {
+      {"format", "orthros-golden"},
+      {"suite_version", kSuiteVersion},
+      {"spec", "SPEC.md §5 (files), §6 (tolerance); docs/porting.md"},
+      {"seed", a.seed},
+      {"dtype", a.dtype},
+      {"config", a.config},
+      {"layout",
+       {{"case", "cases/NAME.safetensors: q [T,H_q,D], k [P+T,H_kv,D], v [P+T,H_kv,D], q_out [T_out,H_q,D] in "
+                 "dtype; __metadata__ window (keys, current token included), optional scale"},
+        {"expected", "expected/NAME.safetensors: o [T,H_q,D], o_out [T_out,H_q,D], lse [T,H_q], lse_out "
+                     "[T_out,H_q] in F64 (natural-log LSE); __metadata__ oracle_at_dtype_maxabs.<tensor>"},
+        {"result", "a port writes ACTUAL_DIR/NAME.safetensors with o, o_out, lse, lse_out in any of F64, F32, "
+                   "BF16, F16; then: orthros check --suite DIR --actual-dir ACTUAL_DIR"},
+        {"positions", "base row i of a case is absolute position P+i+1; output row i is position P+T-T_out+i+1"}}},
+      {"tolerance_rule", {{"rel", "||out-ref||_F / ||ref||_F <= rel (f64 1e-12, f32 1e-5, f16 2e-3, bf16 1e-2)"},
+                          {"abs", "max|out-ref| <= 2 * oracle_at_dtype_maxabs + 1e-6 (per tensor)"},
+                          {"finite", "no NaN/Inf in any output"}}},
+      {"groups", groups},
+      {"cases", cases}};
+  std::ofstream mf(root / "manifest.json", std::ios::binary | std::ios::trunc);
+  require(static_cast<bool>(mf), "--out: cannot write ", (root / "manifest.json").string());
+  mf << manifest.dump(2) << "\n";
+  require(static_cast<bool>(mf), "--out: failed writing ", (root / "manifest.json").string());
+  std::printf("orthros golden: %d cases (suite v%d, dtype %s, config %s, seed %llu) -> %s\n", n, kSuiteVersion,
+              a.dtype.c_str(), a.config.c_str(), static_cast<unsigned long long>(a.seed), a.out.c_str());
+  return 0;
+}
+
+const bool reg = add_command(
+    "golden",
+    "Write the golden suite a port validates against: SPEC §5 cases for every regime and edge, float64 "
+    "expected results, manifest.json with the SPEC §6 tolerance of each case",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<Args>();
+      sub.add_option("--out", a->out, "output directory (created; files in it are overwritten)")->required();
+      sub.add_option("--dtype", a->dtype, "dtype of the inputs and of the port under test (default f32)")
+          ->check(CLI::IsMember({"f64", "f32", "bf16", "f16"}));
+      sub.add_option("--config", a->config, "attention shapes of the regime cases (SPEC §7; default tiny)")
+          ->check(CLI::IsMember({"tiny", "qwen3-8b", "llama3.1-8b"}));
+      sub.add_option("--seed", a->seed, "seed of the inputs (default 20261013)");
+      return [a]() -> int { return run_golden(*a); };
+    });
+
+}  // namespace
+}  // namespace orthros::cli
