@@ -1,0 +1,61 @@
+"""Minimal .safetensors reader/writer on NumPy (SPEC §5), with no dependency but NumPy.
+
+bf16 has no NumPy dtype: BF16 tensors are read as float32 (exactly: a bf16 is the top half of a
+float32) and written from float32 by round-to-nearest-even on the bit pattern.
+"""
+import json
+import struct
+
+import numpy as np
+
+_NP = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
+
+
+def read(path):
+    """Returns (tensors: dict name -> np.ndarray, metadata: dict str -> str)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = memoryview(raw)[8 + n:]
+    meta = header.pop("__metadata__", {}) or {}
+    out = {}
+    for name, t in header.items():
+        b, e = t["data_offsets"]
+        shape = tuple(t["shape"])
+        if t["dtype"] == "BF16":
+            u16 = np.frombuffer(data[b:e], dtype="<u2").astype(np.uint32) << 16
+            out[name] = u16.view(np.float32).reshape(shape)
+        elif t["dtype"] in _NP:
+            out[name] = np.frombuffer(data[b:e], dtype=_NP[t["dtype"]]).reshape(shape).copy()
+        else:
+            raise ValueError(f"{path}: tensor {name}: dtype {t['dtype']} not supported")
+    return out, meta
+
+
+def _bf16_bits(a):
+    """float32 -> bf16 bit patterns, round to nearest even (NaN kept NaN)."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(a, dtype=np.float32))
+    return np.where(nan, np.uint16(0x7FC0), rounded)
+
+
+def write(path, tensors, metadata=None, dtype="F32"):
+    """Writes dict name -> array (stored in `dtype`: F64, F32, F16 or BF16), sorted by name."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.asarray(tensors[name])
+        if dtype == "BF16":
+            blob = _bf16_bits(a).astype("<u2").tobytes()
+        else:
+            blob = np.ascontiguousarray(a, dtype=_NP[dtype]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    h = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    h += b" " * (-(8 + len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
