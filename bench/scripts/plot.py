@@ -36,11 +36,18 @@ UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def load(path, field, stat):
-    """family -> sorted list of dict(N, args, time[s], counters...) (one per point, aggregated)."""
-    with open(path) as f:
-        data = json.load(f)
+    """family -> sorted list of dict(N, args, time[s], counters...) (one per point, aggregated).
+    `path` may be a list of JSON files (e.g. a sweep split in two runs): their runs are merged and
+    the first file's context is kept."""
+    paths = path if isinstance(path, (list, tuple)) else [path]
+    data, benchmarks = None, []
+    for pth in paths:
+        with open(pth) as f:
+            d = json.load(f)
+        data = data or d
+        benchmarks += d["benchmarks"]
     groups = defaultdict(lambda: defaultdict(list))
-    for b in data["benchmarks"]:
+    for b in benchmarks:
         if b.get("run_type") != "iteration" or b.get("error_occurred"):
             continue
         fam = re.split(r"/[A-Za-z_]+:", b["name"], maxsplit=1)[0]
@@ -267,7 +274,8 @@ def plot_gpu(path, prefix, peak_tflops):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpu", help="orthros_bench_cpu JSON")
-    ap.add_argument("--gpu", help="orthros_bench_gpu JSON (skipped with a note when absent)")
+    ap.add_argument("--gpu", nargs="+", help="orthros_bench_gpu JSON file(s), merged (missing ones are skipped "
+                    "with a note; no GPU plots when none exists)")
     ap.add_argument("--cpu-prefix", help="output path prefix for CPU PNGs (default: the JSON path without .json)")
     ap.add_argument("--gpu-prefix", help="output path prefix for GPU PNGs (default: the JSON path without .json)")
     ap.add_argument("--peak-tflops", type=float, default=989.0,
@@ -277,11 +285,14 @@ def main():
     if a.cpu:
         made += plot_cpu(a.cpu, a.cpu_prefix or os.path.splitext(a.cpu)[0])
     if a.gpu:
-        if os.path.exists(a.gpu):
-            made += plot_gpu(a.gpu, a.gpu_prefix or os.path.splitext(a.gpu)[0], a.peak_tflops)
+        found = [g for g in a.gpu if os.path.exists(g)]
+        for g in a.gpu:
+            if g not in found:
+                print(f"[plot] no GPU JSON at {g}: skipped")
+        if found:
+            made += plot_gpu(found, a.gpu_prefix or os.path.splitext(found[0])[0], a.peak_tflops)
         else:
-            print(f"[plot] no GPU JSON at {a.gpu}: GPU plots skipped (run bench/scripts/gpu_complexity.sh on the "
-                  "device first)")
+            print("[plot] no GPU JSON: GPU plots skipped (run bench/scripts/gpu_complexity.sh on the device first)")
     if not made and not a.gpu:
         ap.error("give --cpu and/or --gpu")
     for m in made:
