@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU job of issue 4, run on the device machine in ONE call, from the repository root:
+#   bash ci/gpu.sh
+# Expects the binaries built on the build host (cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release;
+# cmake --build build-cuda --target test_attention_gpu bench_attention_gpu) copied with
+# libgomp.so.1 into build-cuda-carry/ (ci/gpu_stage.sh does it), that folder carried along.
+# Writes logs under $OUT (or ./gpu-out), prints the target table last. Exit status: nonzero if
+# the GPU tests failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${ORTHROS_GPU_BIN:-build-cuda-carry}
+OUTDIR=${OUT:-gpu-out}
+mkdir -p "$OUTDIR"
+export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+RUNS=${ORTHROS_BENCH_RUNS:-25}
+QUICK=${ORTHROS_BENCH_QUICK:+--quick}
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; git rev-parse HEAD 2>/dev/null; date -u; } \
+  | tee "$OUTDIR/env.txt"
+
+echo "== gpu tests"
+RC_PARAMS=${RC_PARAMS:-max_success=100} timeout 420 "$BIN/test_attention_gpu" 2>&1 | tee "$OUTDIR/tests.log" \
+  | grep -E "^\[  |^\[       OK|FAILED|Failure|max err|skipped" 
+test_rc=${PIPESTATUS[0]}
+
+if [ -x "$BIN/orthros" ] && [ -z "${ORTHROS_SKIP_CLI:-}" ]; then
+  echo "== orthros verify --device cuda"
+  for spec in "tiny 300" "qwen3-8b 1200"; do
+    set -- $spec
+    timeout 180 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2 2>&1 | tee -a "$OUTDIR/verify_cuda.log"
+    verify_rc=${PIPESTATUS[0]}; [ "$verify_rc" -ne 0 ] && test_rc=$verify_rc
+  done
+fi
+
+if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
+  echo "== benchmarks (ours)"
+  timeout 300 "$BIN/bench_attention_gpu" --runs "$RUNS" $QUICK --json "$OUTDIR/bench_ours.json" 2>&1 | tee "$OUTDIR/bench_ours.log"
+  echo "== benchmarks (PyTorch peers)"
+  timeout 400 python3 bench/gpu/peers.py --runs "$RUNS" $QUICK --json "$OUTDIR/bench_peers.json" 2>&1 \
+    | grep -v Warning | tee "$OUTDIR/bench_peers.log"
+  echo "== summary"
+  python3 bench/gpu/summarize.py "$OUTDIR/bench_ours.json" "$OUTDIR/bench_peers.json" | tee "$OUTDIR/summary.md"
+fi
+echo "gpu tests exit status: $test_rc"
+exit $test_rc

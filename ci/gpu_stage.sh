@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the GPU binaries on the build host and stages them (plus libgomp) into build-cuda-carry/,
+# the folder ci/gpu.sh runs from on the device machine (carry it with the device call).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-cuda -j2 --target test_attention_gpu bench_attention_gpu ${ORTHROS_STAGE_CLI:+orthros}
+mkdir -p build-cuda-carry
+cp build-cuda/verify/gpu/test_attention_gpu build-cuda/bench/gpu/bench_attention_gpu build-cuda-carry/
+[ -n "${ORTHROS_STAGE_CLI:-}" ] && cp build-cuda/reference/orthros build-cuda-carry/ || true
+cp "$(g++ -print-file-name=libgomp.so.1)" build-cuda-carry/
+du -sh build-cuda-carry
