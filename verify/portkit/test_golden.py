@@ -1,0 +1,193 @@
+"""End-to-end tests of `orthros golden`, `orthros check` and the NumPy example port.
+
+Run by ctest (label unit) with ORTHROS=<path of the orthros binary> and PORT_DIR=<examples/pytorch_port>.
+"""
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+ORTHROS = os.environ["ORTHROS"]
+PORT_DIR = os.environ["PORT_DIR"]
+sys.path.insert(0, PORT_DIR)
+import st_io  # noqa: E402
+
+
+def run(*args, check=True):
+    p = subprocess.run([ORTHROS, *args], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"orthros {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def port(golden, out, bug=None):
+    cmd = [sys.executable, os.path.join(PORT_DIR, "numpy_port.py"), "--golden", golden, "--out", out]
+    if bug:
+        cmd += ["--bug", bug]
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def all_files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+class GoldenTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dirs = {}
+        for dt in ("f64", "f32", "bf16", "f16"):
+            d = os.path.join(cls.tmp.name, "golden_" + dt)
+            run("golden", "--out", d, "--dtype", dt, "--seed", "7")
+            cls.dirs[dt] = d
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def manifest(self, dt):
+        with open(os.path.join(self.dirs[dt], "manifest.json")) as f:
+            return json.load(f)
+
+    def test_regenerating_gives_identical_bytes(self):
+        again = os.path.join(self.tmp.name, "again")
+        run("golden", "--out", again, "--dtype", "bf16", "--seed", "7")
+        files = all_files(self.dirs["bf16"])
+        self.assertEqual(files, all_files(again))
+        match, mismatch, errors = filecmp.cmpfiles(self.dirs["bf16"], again, files, shallow=False)
+        self.assertEqual(mismatch + errors, [], "seed=7")
+        other = os.path.join(self.tmp.name, "other_seed")
+        run("golden", "--out", other, "--dtype", "bf16", "--seed", "8")
+        self.assertFalse(filecmp.cmp(os.path.join(again, "cases/pt.safetensors"),
+                                     os.path.join(other, "cases/pt.safetensors"), shallow=False))
+
+    def test_manifest_covers_every_regime_and_edge(self):
+        m = self.manifest("bf16")
+        self.assertEqual(m["format"], "orthros-golden")
+        self.assertEqual(m["suite_version"], 1)
+        regimes = {c["regime"] for c in m["cases"]}
+        self.assertTrue({"pt", "sft", "prefill", "chunked_prefill", "decode", "ragged_prefill", "ragged_decode",
+                         "edge"} <= regimes, regimes)
+        cases = {c["name"]: c for c in m["cases"]}
+        self.assertEqual(cases["edge_w1"]["window"], 1)
+        self.assertGreaterEqual(cases["edge_w_eq_T"]["window"], cases["edge_w_eq_T"]["T"])
+        self.assertGreater(cases["edge_T_lt_w"]["window"], cases["edge_T_lt_w"]["T"])
+        self.assertEqual({c["H_q"] // c["H_kv"] for c in m["cases"] if c["name"].startswith("edge_gqa")},
+                         {1, 3, 4, 7, 8})
+        self.assertTrue({64, 128} <= {c["D"] for c in m["cases"]})
+        self.assertTrue(any(c["P"] > 0 for c in m["cases"]))
+        self.assertTrue(any(c["T_out"] == 0 for c in m["cases"]))
+        for c in m["cases"]:
+            t, meta = st_io.read(os.path.join(self.dirs["bf16"], c["file"]))
+            self.assertEqual(list(t["q"].shape), c["shapes"]["q"])
+            self.assertEqual(int(meta["window"]), c["window"])
+            self.assertEqual(c["tolerance"]["rel"], 1e-2)
+            for n, e in c["tolerance"]["oracle_at_dtype_maxabs"].items():
+                self.assertAlmostEqual(c["tolerance"]["abs"][n], 2 * e + 1e-6, delta=1e-15)
+        lg = st_io.read(os.path.join(self.dirs["f32"], "cases/edge_large_logits.safetensors"))[0]
+        s = np.einsum("thd,nhd->htn", lg["q"][:, :2].astype(np.float64), lg["k"][:, :1].astype(np.float64)) / 8
+        self.assertGreater(np.abs(s).max(), 1e4, "large-logit case must reach |score| > 1e4")
+
+    def test_regime_cases_are_rows_of_pt(self):
+        # The oracle is bitwise regime-consistent (SPEC §4.2), so the expected files must be too.
+        d = self.dirs["f64"]
+        m = self.manifest("f64")
+        cases = {c["name"]: c for c in m["cases"]}
+        exp = lambda n: st_io.read(os.path.join(d, cases[n]["expected"]))[0]  # noqa: E731
+        pt = exp("pt")
+        for name, c in cases.items():
+            if c["regime"] in ("sft", "prefill", "chunked_prefill", "decode"):
+                e = exp(name)
+                P, T, T_out = c["P"], c["T"], c["T_out"]
+                np.testing.assert_array_equal(e["o"], pt["o"][P:P + T], err_msg=name)
+                np.testing.assert_array_equal(e["lse"], pt["lse"][P:P + T], err_msg=name)
+                np.testing.assert_array_equal(e["o_out"], pt["o_out"][P + T - T_out:P + T], err_msg=name)
+
+    def test_expected_against_itself_passes_every_dtype(self):
+        for dt, d in self.dirs.items():
+            p = run("check", "--suite", d, "--actual-dir", os.path.join(d, "expected"))
+            n = len(self.manifest(dt)["cases"])
+            self.assertIn(f"{n} passed, 0 failed", p.stdout, dt)
+
+    def test_numpy_port_passes_every_dtype(self):
+        for dt, d in self.dirs.items():
+            out = os.path.join(self.tmp.name, "np_" + dt)
+            port(d, out)
+            p = run("check", "--suite", d, "--actual-dir", out, "--json", check=False)
+            r = json.loads(p.stdout)
+            self.assertEqual((r["failed"], p.returncode), (0, 0), f"{dt}: " + str(
+                [c["name"] for c in r["cases"] if c["status"] != "pass"]))
+
+    def test_window_off_by_one_fails_at_the_wrong_rows(self):
+        d = self.dirs["bf16"]
+        out = os.path.join(self.tmp.name, "np_bug")
+        port(d, out, bug="window-off-by-one")
+        p = run("check", "--suite", d, "--actual-dir", out, "--json", check=False)
+        self.assertEqual(p.returncode, 1)
+        r = {c["name"]: c for c in json.loads(p.stdout)["cases"]}
+        for name, c in r.items():
+            o = next(t for t in c["tensors"] if t["name"] == "o")
+            # rows whose window [t-w+1, t] has a key before it: absolute position t > w
+            expect = [t for t in range(c["P"] + 1, c["P"] + c["T"] + 1) if t > c["window"]]
+            self.assertTrue(set(o["bad_positions"]) <= set(expect), name)  # never blames a correct row
+            if name != "edge_large_logits":  # there the extra key matters only where it is the max score
+                self.assertEqual(o["bad_positions"], expect[:16], name)
+                self.assertEqual(c["status"] == "pass", not expect, name)
+            self.assertTrue(next(t for t in c["tensors"] if t["name"] == "o_out")["pass"], name)
+        text = run("check", "--suite", d, "--actual-dir", out, "--only", "edge_window_probe", check=False).stdout
+        self.assertIn("rows 4-7 = positions t = 5-8", text)
+        self.assertIn("0 passed, 1 failed", text)
+
+    def test_case_mode_runs_the_oracle_itself(self):
+        d = self.dirs["f16"]
+        out = os.path.join(self.tmp.name, "np_case")
+        port(d, out)
+        a = run("check", "--case", os.path.join(d, "cases/edge_gqa7.safetensors"),
+                "--actual", os.path.join(out, "edge_gqa7.safetensors"), "--json")
+        b = run("check", "--case", os.path.join(d, "cases/edge_gqa7.safetensors"),
+                "--actual", os.path.join(out, "edge_gqa7.safetensors"),
+                "--expected", os.path.join(d, "expected/edge_gqa7.safetensors"), "--json")
+        self.assertEqual(json.loads(a.stdout), json.loads(b.stdout))
+        self.assertIn("1 passed, 0 failed", run("check", "--case", os.path.join(d, "cases/edge_gqa7.safetensors"),
+                                               "--actual", os.path.join(out, "edge_gqa7.safetensors")).stdout)
+
+    def test_bad_results_fail_clearly(self):
+        d = self.dirs["f32"]
+        bad = os.path.join(self.tmp.name, "bad")
+        os.makedirs(bad, exist_ok=True)
+        exp, _ = st_io.read(os.path.join(d, "expected/edge_d64.safetensors"))
+        nan = dict(exp)
+        nan["o"] = exp["o"].copy()
+        nan["o"][3, 1, 7] = np.nan
+        st_io.write(os.path.join(bad, "edge_d64.safetensors"), nan, dtype="F32")
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_d64", "--json", check=False)
+        self.assertEqual(p.returncode, 1)
+        o = json.loads(p.stdout)["cases"][0]["tensors"][0]
+        self.assertEqual((o["nan_count"], o["worst_index"], o["bad_rows"]), (1, [3, 1, 7], [3]))
+        # missing tensor, missing file, truncated file
+        st_io.write(os.path.join(bad, "edge_d128.safetensors"), {"o": exp["o"]}, dtype="F32")
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_d128", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no tensor \"o_out\"", p.stdout)
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_w1", check=False)
+        self.assertIn("no result file", p.stdout)
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_w1", "--skip-missing", check=False)
+        self.assertIn("0 passed, 0 failed, 1 skipped", p.stdout)
+        self.assertEqual(p.returncode, 1, "nothing checked is not a pass")
+        with open(os.path.join(bad, "edge_gqa1.safetensors"), "wb") as f:
+            f.write(b"\x10\x00\x00")
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_gqa1", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("error:", p.stdout)
+        p = run("check", "--suite", os.path.join(self.tmp.name, "nowhere"), "--actual-dir", bad, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("manifest.json", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
