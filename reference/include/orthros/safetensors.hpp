@@ -109,6 +109,7 @@ double element(const Tensor& t, std::int64_t i);
 /// rows = shape[0], cols = product of shape[1:]. So a `[T, H, D]` tensor becomes the
 /// `[T, H*D]` layout of orthros::Mat; a rank-1 `[n]` tensor becomes an n x 1 column;
 /// a scalar (rank 0) becomes 1 x 1. Widening is exact; narrowing rounds as round_to().
+/// \param t    the tensor (shape and data consistent, as parse() guarantees)
 /// \param name used in error messages.
 /// \throws orthros::Error if rows/cols do not fit Eigen::Index or the data size is inconsistent.
 template <typename S>
