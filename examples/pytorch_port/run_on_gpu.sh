@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs the PyTorch port (torch_port.py) on golden suites made elsewhere, on a machine with
+# PyTorch (and a GPU). Generates no inputs itself.
+#
+#   bash examples/pytorch_port/run_on_gpu.sh OUT_DIR SUITE_DIR [SUITE_DIR ...]
+#
+# For each suite: results of the sdpa backend, the flex backend, and the deliberately broken
+# variant (sdpa, --bug window-off-by-one), packed in OUT_DIR/torch_results.tar.gz as
+# <suite>.<variant>/NAME.safetensors, plus OUT_DIR/torch_port.log. If an `orthros` binary is
+# found ($ORTHROS or build*/reference/orthros), the checks run here too (all reports in
+# OUT_DIR/checks.txt: three files in all, within the device tool's limit of 8);
+# otherwise unpack the archive where orthros is built and run, for each variant:
+#   orthros check --suite SUITE_DIR --actual-dir <suite>.<variant>
+set -uo pipefail
+out=${1:?usage: run_on_gpu.sh OUT_DIR SUITE_DIR [SUITE_DIR ...]}
+shift
+[ $# -ge 1 ] || { echo "run_on_gpu.sh: give at least one suite directory" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+py=${PYTHON:-python3}
+mkdir -p "$out"
+work=$(mktemp -d)
+log="$out/torch_port.log"
+: >"$log"
+checks="$out/checks.txt"
+: >"$checks"
+"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 | tee -a "$log"
+orthros=${ORTHROS:-}
+if [ -z "$orthros" ]; then
+  for c in build*/reference/orthros; do [ -x "$c" ] && orthros=$c && break; done
+fi
+for suite in "$@"; do
+  name=$(basename "$suite")
+  for variant in sdpa flex sdpa-bug; do
+    args=(--golden "$suite" --out "$work/$name.$variant" --backend "${variant%-bug}")
+    [ "$variant" = sdpa-bug ] && args+=(--bug window-off-by-one)
+    "$py" "$here/torch_port.py" "${args[@]}" 2>&1 | tee -a "$log"
+    if [ -n "$orthros" ]; then
+      echo "===== orthros check --suite $suite --actual-dir $name.$variant" >>"$checks"
+      "$orthros" check --suite "$suite" --actual-dir "$work/$name.$variant" >"$work/check.txt" 2>&1
+      cat "$work/check.txt" >>"$checks"
+      echo "check $name.$variant: $(tail -1 "$work/check.txt")" | tee -a "$log"
+    fi
+  done
+done
+rm -f "$work/check.txt"
+tar -C "$work" -czf "$out/torch_results.tar.gz" .
+rm -rf "$work"
+echo "run_on_gpu.sh: results in $out/torch_results.tar.gz" | tee -a "$log"

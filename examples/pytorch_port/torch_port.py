@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""An Orthros attention port in PyTorch, validated against the golden suite by `orthros check`.
+
+    python3 torch_port.py --golden GOLDEN_DIR --out RESULTS_DIR [--backend sdpa|flex]
+                          [--device cuda|cpu] [--bug window-off-by-one]
+    orthros check --suite GOLDEN_DIR --actual-dir RESULTS_DIR
+
+Two streams over one KV cache (SPEC §2):
+  base queries    q [T, H_q, D] at positions P+1..P+T: sliding window, keys [t-w+1, t] (w keys, itself included)
+  output queries  q_out [T_out, H_q, D] at the LAST T_out base positions: full causal, keys [1, t]
+Both read the same k, v [P+T, H_kv, D]; output queries never add keys.
+
+Backends:
+  sdpa  torch.nn.functional.scaled_dot_product_attention with a boolean window mask; the LSE
+        (which SDPA does not return) is a masked logsumexp of the scaled scores in float32.
+  flex  FlexAttention (torch >= 2.5) with a sliding-window block mask; LSE from return_lse=True.
+Compute dtype = the suite's dtype (bf16, f16, f32; f64 on the sdpa backend). Results are written
+in F32 (F64 for an f64 suite); lse in float32.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+
+DTYPES = {"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def allowed_keys(q_pos, n_keys, window, lookback_bug=False):
+    """Boolean [len(q_pos), n_keys]: key j (0-based position) is visible to a query at q_pos.
+    window=None: full causal. The window includes the query itself: j in [pos-w+1, pos]."""
+    j = torch.arange(n_keys, device=q_pos.device)
+    ok = j[None, :] <= q_pos[:, None]
+    if window is not None:
+        lookback = window if lookback_bug else window - 1
+        ok &= j[None, :] >= q_pos[:, None] - lookback
+    return ok
+
+
+def sdpa_stream(q, k, v, q_pos, window, scale, bug):
+    """q [Tq,Hq,D], k/v [N,Hkv,D] -> o [Tq,Hq,D], lse [Tq,Hq] (natural log)."""
+    Tq, Hq, D = q.shape
+    N, Hkv, _ = k.shape
+    if Tq == 0:
+        return q.new_zeros((0, Hq, D)), torch.zeros((0, Hq), dtype=torch.float32, device=q.device)
+    group = Hq // Hkv
+    qh = q.permute(1, 0, 2).unsqueeze(0)                                  # [1, Hq, Tq, D]
+    kh = k.permute(1, 0, 2).repeat_interleave(group, dim=0).unsqueeze(0)  # GQA: head h reads KV head h // group
+    vh = v.permute(1, 0, 2).repeat_interleave(group, dim=0).unsqueeze(0)
+    mask = allowed_keys(q_pos, N, window, bug)                            # [Tq, N], True = attend
+    o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    s = (qh.float() @ kh.float().transpose(-1, -2)) * scale               # LSE in float32
+    lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)    # base e, [1, Hq, Tq]
+    return o[0].permute(1, 0, 2), lse[0].transpose(0, 1)
+
+
+def flex_stream(q, k, v, q_pos, window, scale, bug):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    Tq, Hq, D = q.shape
+    N, Hkv, _ = k.shape
+    if Tq == 0:
+        return q.new_zeros((0, Hq, D)), torch.zeros((0, Hq), dtype=torch.float32, device=q.device)
+    offset = int(q_pos[0])                       # q_pos is contiguous: offset + q_idx
+    lookback = window if bug else (window - 1 if window is not None else None)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        pos = q_idx + offset
+        ok = kv_idx <= pos
+        if lookback is not None:
+            ok = ok & (kv_idx >= pos - lookback)
+        return ok
+
+    bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=Tq, KV_LEN=N, device=q.device)
+    qh, kh, vh = (x.permute(1, 0, 2).unsqueeze(0) for x in (q, k, v))
+    o, lse = flex_attention(qh, kh, vh, block_mask=bm, scale=scale, enable_gqa=(Hq != Hkv), return_lse=True)
+    return o[0].permute(1, 0, 2), lse[0].float().transpose(0, 1)
+
+
+def orthros_attention(q, k, v, q_out, window, scale, backend="sdpa", bug=None):
+    """The port: returns dict o, o_out, lse, lse_out (torch tensors)."""
+    T, T_out, N = q.shape[0], q_out.shape[0], k.shape[0]
+    P = N - T
+    dev = q.device
+    stream = flex_stream if backend == "flex" else sdpa_stream
+    base_pos = P + torch.arange(T, device=dev)                  # 0-based absolute positions
+    out_pos = P + T - T_out + torch.arange(T_out, device=dev)   # an output token takes its base token's position
+    o, lse = stream(q, k, v, base_pos, window, scale, bug == "window-off-by-one")
+    o_out, lse_out = stream(q_out, k, v, out_pos, None, scale, False)
+    return {"o": o, "o_out": o_out, "lse": lse, "lse_out": lse_out}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--golden", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--backend", choices=["sdpa", "flex"], default="sdpa")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--bug", choices=["window-off-by-one"])
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # TF32 would fail the f32 criterion (1e-5)
+    torch.backends.cudnn.allow_tf32 = False
+    with open(os.path.join(args.golden, "manifest.json")) as f:
+        manifest = json.load(f)
+    os.makedirs(args.out, exist_ok=True)
+    dt = DTYPES[manifest["dtype"]]
+    out_dtype = "F64" if manifest["dtype"] == "f64" else "F32"
+    done, failed = 0, []
+    for case in manifest["cases"]:
+        t, meta = st_io.read(os.path.join(args.golden, case["file"]))
+        window = int(meta["window"])
+        D = t["q"].shape[2]
+        scale = float(meta["scale"]) if "scale" in meta else 1.0 / math.sqrt(D)
+        x = {n: torch.from_numpy(np.ascontiguousarray(t[n])).to(args.device).to(dt) for n in ("q", "k", "v", "q_out")}
+        try:
+            with torch.no_grad():
+                r = orthros_attention(x["q"], x["k"], x["v"], x["q_out"], window, scale, args.backend, args.bug)
+        except Exception as e:  # noqa: BLE001 -- report and go on; `orthros check` reports the missing file
+            failed.append(f"{case['name']}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
+        res = {n: a.detach().to("cpu", torch.float64 if out_dtype == "F64" else torch.float32).numpy()
+               for n, a in r.items()}
+        st_io.write(os.path.join(args.out, case["name"] + ".safetensors"), res,
+                    {"producer": f"examples/pytorch_port/torch_port.py --backend {args.backend}",
+                     "torch": torch.__version__, "device": str(args.device), "bug": args.bug or "none"}, out_dtype)
+        done += 1
+    print(f"torch_port[{args.backend}, {manifest['dtype']}, {args.device}, torch {torch.__version__}]: "
+          f"{done} results, {len(failed)} errors -> {args.out}")
+    for f_ in failed:
+        print("  error:", f_)
+
+
+if __name__ == "__main__":
+    main()
