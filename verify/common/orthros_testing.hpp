@@ -21,6 +21,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 namespace orthros::testing {
 
@@ -36,6 +37,15 @@ using MatL = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 template <typename S>
 long double unit_roundoff() {
   return std::ldexp(1.0L, -std::numeric_limits<S>::digits);
+}
+
+/// Exact widening of any supported scalar (f64, f32, bf16, f16, long double) to long double.
+template <typename S>
+long double to_ld(const S& x) {
+  if constexpr (std::is_arithmetic_v<S>)
+    return static_cast<long double>(x);
+  else
+    return static_cast<long double>(static_cast<float>(x));
 }
 
 /// Uniform random value in [-amp, -amp*lo_frac] U [amp*lo_frac, amp]: never zero and never
@@ -166,13 +176,13 @@ TranscriptionResult transcribe_attention(const Mat<S>& q, const Mat<S>& k, const
     const int g = h / group;
     MatL Qa(R, D), K(N, D), V(N, D);
     for (Index r = 0; r < T; ++r)
-      for (int d = 0; d < D; ++d) Qa(r, d) = static_cast<double>(q(r, Index(h) * D + d));
+      for (int d = 0; d < D; ++d) Qa(r, d) = to_ld(q(r, Index(h) * D + d));
     for (Index r = 0; r < T_out; ++r)
-      for (int d = 0; d < D; ++d) Qa(T + r, d) = static_cast<double>(q_out(r, Index(h) * D + d));
+      for (int d = 0; d < D; ++d) Qa(T + r, d) = to_ld(q_out(r, Index(h) * D + d));
     for (Index j = 0; j < N; ++j)
       for (int d = 0; d < D; ++d) {
-        K(j, d) = static_cast<double>(k(j, Index(g) * D + d));
-        V(j, d) = static_cast<double>(v(j, Index(g) * D + d));
+        K(j, d) = to_ld(k(j, Index(g) * D + d));
+        V(j, d) = to_ld(v(j, Index(g) * D + d));
       }
     MatL Sc = (Qa * K.transpose()) * scale;
     Sc += mask;

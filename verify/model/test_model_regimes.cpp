@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <omp.h>
+
 #include <string>
 #include <vector>
 
@@ -263,3 +265,23 @@ RC_GTEST_PROP(ModelRegimes, BatchedRaggedDecodeBitwiseFloat, ()) { batched_ragge
 // depend on the other sequences in the batch.
 RC_GTEST_PROP(ModelRegimes, MixedRaggedBatchesBitwiseDouble, ()) { mixed_ragged_batches<double>(); }
 RC_GTEST_PROP(ModelRegimes, MixedRaggedBatchesBitwiseFloat, ()) { mixed_ragged_batches<float>(); }
+
+// Proves the model's logits and per-layer y' do not depend on the OpenMP thread count
+// (1 vs 3 threads), for T up to 24 rows so that the row-parallel projections do split.
+RC_GTEST_PROP(ModelRegimes, ThreadCountInvarianceDouble, ()) {
+  const Index N = *rc::gen::inRange<Index>(8, 25);
+  const ModelConfig c = draw_tiny_model_config(N);
+  const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
+  RC_LOG() << describe(c) << " N=" << N << " seed=" << seed << "\n";
+  const ModelWeights<double> w = random_weights<double>(c, seed);
+  const std::vector<int> tokens = draw_tokens(N, c.vocab_size);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const PtRef<double> a = run_pt(w, c, tokens);
+  omp_set_num_threads(3);
+  const PtRef<double> b = run_pt(w, c, tokens);
+  omp_set_num_threads(saved);
+  fail_if(bitwise_diff(a.logits, b.logits, "logits 1 vs 3 threads"));
+  for (size_t l = 0; l < a.trace.y_out.size(); ++l)
+    fail_if(bitwise_diff(a.trace.y_out[l], b.trace.y_out[l], "y' layer " + std::to_string(l) + " 1 vs 3 threads"));
+}

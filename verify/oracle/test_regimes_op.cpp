@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <omp.h>
+
 #include <vector>
 
 using namespace orthros;
@@ -115,3 +117,21 @@ RC_GTEST_PROP(OperatorRegimes, BitwiseAgreementFloat, ()) { regimes_agree_bitwis
 // each row's arithmetic is independent of the call, so the same bits come out in every regime.
 RC_GTEST_PROP(OperatorRegimes, BitwiseAgreementBFloat16, ()) { regimes_agree_bitwise<Eigen::bfloat16>(); }
 RC_GTEST_PROP(OperatorRegimes, BitwiseAgreementHalf, ()) { regimes_agree_bitwise<Eigen::half>(); }
+
+// Proves the oracle's bits do not depend on the OpenMP thread count (1 vs 2 vs 3 threads):
+// each row is computed by one thread with a fixed order of operations.
+RC_GTEST_PROP(OperatorRegimes, ThreadCountInvariance, ()) {
+  const OpCase c = draw_op_case();
+  RC_LOG() << c.describe() << "\n";
+  const auto in = make_inputs<double>(c);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto r1 = orthros_attention<double>(in.q, in.k, in.v, in.q_out, c.dims, c.options());
+  omp_set_num_threads(3);
+  const auto r3 = orthros_attention<double>(in.q, in.k, in.v, in.q_out, c.dims, c.options());
+  omp_set_num_threads(saved);
+  for (auto e : {bitwise_diff(r1.o, r3.o, "o 1 vs 3 threads"), bitwise_diff(r1.o_out, r3.o_out, "o_out 1 vs 3 threads"),
+                 bitwise_diff(r1.lse, r3.lse, "lse 1 vs 3 threads"),
+                 bitwise_diff(r1.lse_out, r3.lse_out, "lse_out 1 vs 3 threads")})
+    if (e) RC_FAIL(*e);
+}
