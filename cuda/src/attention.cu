@@ -95,7 +95,7 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
   }
   if (p.mma) {
     p.nw = (std::int64_t(max_tok) * group <= 16) ? 1 : 4;
-    p.bm = 16 * p.nw;
+    p.bm = 16 * p.nw * ((p.nw == 4 && !c.deterministic) ? 2 : 1);  // must match launch_mma_variant
     p.bn = 64;
   } else {
     p.nw = kSimtWarps;
@@ -111,7 +111,8 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
   p.split_chunked = false;
   if (out_ctas == 0) return p;
   const int sms = device_sm_count();
-  const bool want_split = out_ctas < sms && max_tiles >= 8;
+  // Split when the output stream alone would not give every SM several CTAs (decode, prefill).
+  const bool want_split = out_ctas < 4 * std::int64_t(sms) && max_tiles >= 8;
   if (c.deterministic) {
     if (want_split) {
       p.split_chunked = true;
@@ -124,7 +125,10 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
   } else if (c.num_splits > 0) {
     p.nsplit = c.num_splits;
   } else if (want_split) {
-    const std::int64_t target = (4 * std::int64_t(sms) + out_ctas - 1) / out_ctas;
+    // Enough CTAs for 4 per SM, and splits of at most 16 tiles (1024 keys): many short CTAs keep
+    // more K/V loads in flight than a few long ones (measured on the H200, bench/results/).
+    const std::int64_t target =
+        std::max<std::int64_t>((4 * std::int64_t(sms) + out_ctas - 1) / out_ctas, (max_tiles + 15) / 16);
     p.nsplit = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(target, max_tiles / 4)));
   }
   return p;
@@ -153,18 +157,35 @@ void* internal_workspace(std::size_t bytes) {
   return e.first;
 }
 
-template <typename T, int D, int NW, bool DET>
+template <typename T, int D, int NW, int MT, int ST, bool DET>
 void launch_mma(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  constexpr int BM = NW * 16, BN = 64;
-  constexpr int smem = (BM + 4 * BN) * D * static_cast<int>(sizeof(T));
+  constexpr int BM = NW * 16 * MT, BN = 64;
+  constexpr int smem = (BM + 2 * ST * BN) * D * static_cast<int>(sizeof(T));
   static bool configured = false;  // per instantiation; benign race (idempotent)
   if (!configured) {
-    ORTHROS_CUDA_CHECK(
-        cudaFuncSetAttribute(mma_attn_kernel<T, D, NW, DET>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(mma_attn_kernel<T, D, NW, MT, ST, DET>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     configured = true;
   }
-  mma_attn_kernel<T, D, NW, DET><<<grid, NW * 32, smem, stream>>>(kp);
+  mma_attn_kernel<T, D, NW, MT, ST, DET><<<grid, NW * 32, smem, stream>>>(kp);
   ORTHROS_CUDA_LAUNCH_CHECK("mma_attn_kernel");
+}
+
+// Tensor-core variants: decode-like launches (<= 16 rows per sequence) use 1 warp with a 3-deep
+// K/V ring; otherwise 4 warps, 2 m tiles per warp in the fast mode, 1 in the deterministic mode
+// (its running chunk state needs the registers). Per-row arithmetic is identical in all of them.
+template <typename T, int D>
+void launch_mma_variant(const Plan& pl, bool det, const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  if (pl.nw == 1) {
+    if (det)
+      launch_mma<T, D, 1, 1, 3, true>(kp, grid, stream);
+    else
+      launch_mma<T, D, 1, 1, 3, false>(kp, grid, stream);
+  } else if (det) {
+    launch_mma<T, D, 4, 1, 2, true>(kp, grid, stream);
+  } else {
+    launch_mma<T, D, 4, 2, 2, false>(kp, grid, stream);
+  }
 }
 
 template <typename T>
@@ -178,19 +199,8 @@ void launch_main(const Plan& pl, bool det, int D, const KernelParams& kp, dim3 g
     return;
   }
   if constexpr (!std::is_same_v<T, float>) {
-#define ORTHROS_MMA_CASE(DD, NWW)                       \
-  if (D == DD && pl.nw == NWW) {                        \
-    if (det)                                            \
-      launch_mma<T, DD, NWW, true>(kp, grid, stream);   \
-    else                                                \
-      launch_mma<T, DD, NWW, false>(kp, grid, stream);  \
-    return;                                             \
-  }
-    ORTHROS_MMA_CASE(64, 1)
-    ORTHROS_MMA_CASE(64, 4)
-    ORTHROS_MMA_CASE(128, 1)
-    ORTHROS_MMA_CASE(128, 4)
-#undef ORTHROS_MMA_CASE
+    if (D == 64) return launch_mma_variant<T, 64>(pl, det, kp, grid, stream);
+    if (D == 128) return launch_mma_variant<T, 128>(pl, det, kp, grid, stream);
   }
   throw Error("internal: no tensor-core kernel for this configuration");
 }

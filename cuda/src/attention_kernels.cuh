@@ -140,13 +140,17 @@ __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-template <typename T, int D, int NW, bool DET>
+// NW warps per CTA, each warp MT m16 tiles (16*MT rows); KV tiles of 64 keys in a STAGES-deep
+// cp.async ring. MT = 2 halves the shared-memory reads of K/V per mma (the B fragments serve two
+// m tiles); Q fragments then come from shared memory per k-step instead of registers.
+template <typename T, int D, int NW, int MT, int STAGES, bool DET>
 __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant__ KernelParams p) {
-  constexpr int BM = NW * 16, BN = 64, CH = D / 8, NT = BN / 8, DT = D / 8;
+  constexpr int WM = 16 * MT, BM = NW * WM, BN = 64, CH = D / 8, NT = BN / 8, DT = D / 8;
+  constexpr bool QREG = (MT == 1);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + BM * D;
-  T* sV = sK + 2 * BN * D;
+  T* sV = sK + STAGES * BN * D;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const SeqDesc& sd = p.seq[blockIdx.z];
   const int kvh = blockIdx.y;
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
   const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
   const int ntiles = w.te >= w.tb ? w.te - w.tb + 1 : 0;
 
-  // Q rows of the block (zero-filled past the last row).
+  // Q rows of the block (zero-filled past the last row): cp.async group 0.
   for (int idx = tid; idx < BM * CH; idx += NW * 32) {
     const int row = idx / CH, ch = idx % CH, r = r0 + row;
     const bool ok = r <= r1;
@@ -180,39 +184,56 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
       cp_async16(dk + swz<D>(row, ch), kg + off, ok);
       cp_async16(dv + swz<D>(row, ch), vg + off, ok);
     }
-    cp_async_commit();
   };
-  if (ntiles > 0) load_kv(w.tb, 0);
+  // Prologue: tiles 0 .. STAGES-2, one group each (empty groups keep the count uniform).
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < ntiles) load_kv(w.tb + st, st);
+    cp_async_commit();
+  }
 
   // This warp's rows and tile range.
-  const int wr0 = r0 + warp * 16, wr1 = min(r1, wr0 + 15);
+  const int wr0 = r0 + warp * WM, wr1 = min(r1, wr0 + WM - 1);
   const bool wactive = wr0 <= r1;
   const int g = lane >> 2, c = lane & 3;
-  int lo[2], hi[2];
-  bool rv[2];
-  for (int h = 0; h < 2; ++h) {
-    const int r = wr0 + g + 8 * h;
-    rv[h] = r <= r1;
-    lo[h] = rv[h] ? row_lo(p, w, r) : 1;
-    hi[h] = rv[h] ? row_hi(p, w, r) : 0;
-  }
+  int lo[MT][2], hi[MT][2];
+  bool rv[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wr0 + mt * 16 + g + 8 * h;
+      rv[mt][h] = r <= r1;
+      lo[mt][h] = rv[mt][h] ? row_lo(p, w, r) : 1;
+      hi[mt][h] = rv[mt][h] ? row_hi(p, w, r) : 0;
+    }
   const int wtb = wactive ? row_lo(p, w, wr0) / BN : 1, wte = wactive ? row_hi(p, w, wr1) / BN : 0;
 
-  float oacc[DT][4];
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
-  float racc[DET ? DT : 1][4];
-  float rm[2] = {kNegInf, kNegInf}, rl[2] = {0.f, 0.f};
+  float oacc[MT][DT][4];
+  float m[MT][2], l[MT][2];
+  float racc[DET ? MT : 1][DET ? DT : 1][4];
+  float rm[MT][2], rl[MT][2];
 #pragma unroll
-  for (int j = 0; j < DT; ++j)
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
-  if constexpr (DET) {
+    for (int h = 0; h < 2; ++h) {
+      m[mt][h] = kNegInf;
+      l[mt][h] = 0.f;
+      rm[mt][h] = kNegInf;
+      rl[mt][h] = 0.f;
+    }
 #pragma unroll
     for (int j = 0; j < DT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) racc[j][e] = 0.f;
+      for (int e = 0; e < 4; ++e) oacc[mt][j][e] = 0.f;
+    if constexpr (DET) {
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) racc[mt][j][e] = 0.f;
+    }
   }
-  uint32_t qf[D / 16][4];
+  uint32_t qf[QREG ? D / 16 : 1][4];
   int cur_chunk = -1;
 
   auto quad_sum = [&](float x) {
@@ -224,37 +245,38 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
   auto flush = [&]() {
     if constexpr (DET) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float lf = quad_sum(l[h]);
-        const MergeCoeffs cf = merge_coeffs(rm[h], m[h]);
-        rl[h] = merge_val(rl[h], lf, cf);
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int j = 0; j < DT; ++j) {
-          racc[j][2 * h] = merge_val(racc[j][2 * h], oacc[j][2 * h], cf);
-          racc[j][2 * h + 1] = merge_val(racc[j][2 * h + 1], oacc[j][2 * h + 1], cf);
-          oacc[j][2 * h] = 0.f;
-          oacc[j][2 * h + 1] = 0.f;
+        for (int h = 0; h < 2; ++h) {
+          const float lf = quad_sum(l[mt][h]);
+          const MergeCoeffs cf = merge_coeffs(rm[mt][h], m[mt][h]);
+          rl[mt][h] = merge_val(rl[mt][h], lf, cf);
+#pragma unroll
+          for (int j = 0; j < DT; ++j) {
+            racc[mt][j][2 * h] = merge_val(racc[mt][j][2 * h], oacc[mt][j][2 * h], cf);
+            racc[mt][j][2 * h + 1] = merge_val(racc[mt][j][2 * h + 1], oacc[mt][j][2 * h + 1], cf);
+            oacc[mt][j][2 * h] = 0.f;
+            oacc[mt][j][2 * h + 1] = 0.f;
+          }
+          rm[mt][h] = cf.m;
+          m[mt][h] = kNegInf;
+          l[mt][h] = 0.f;
         }
-        rm[h] = cf.m;
-        m[h] = kNegInf;
-        l[h] = 0.f;
-      }
     }
   };
 
   for (int it = 0; it < ntiles; ++it) {
     const int tt = w.tb + it;
-    if (it + 1 < ntiles) {
-      load_kv(tt + 1, (it + 1) & 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (it == 0 && wactive) {
+    cp_async_wait<STAGES - 2>();  // Q and tile `it` have landed
+    __syncthreads();              // ... for every thread; and everyone is done with tile it-1
+    if (it + STAGES - 1 < ntiles) load_kv(tt + STAGES - 1, (it + STAGES - 1) % STAGES);
+    cp_async_commit();
+    if constexpr (QREG) {
+      if (it == 0 && wactive) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        ldsm_x4(qf[kk], sQ + swz<D>(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), kk * 2 + (lane >> 4)));
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldsm_x4(qf[kk], sQ + swz<D>(warp * WM + (lane & 7) + (((lane >> 3) & 1) << 3), kk * 2 + (lane >> 4)));
+      }
     }
     if (wactive && tt >= wtb && tt <= wte) {
       if constexpr (DET) {
@@ -266,79 +288,104 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
           }
         }
       }
-      const T* kb = sK + (it & 1) * BN * D;
-      const T* vb = sV + (it & 1) * BN * D;
-      float s[NT][4];
+      const int buf = it % STAGES;
+      const T* kb = sK + buf * BN * D;
+      const T* vb = sV + buf * BN * D;
+      float s[MT][NT][4];
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][j][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (QREG) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) qa[mt][e] = qf[kk][e];
+          } else {
+            ldsm_x4(qa[mt],
+                    sQ + swz<D>(warp * WM + mt * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), kk * 2 + (lane >> 4)));
+          }
+        }
 #pragma unroll
         for (int np = 0; np < BN / 16; ++np) {
           uint32_t b[4];
           ldsm_x4(b, kb + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
-          Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
-          Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(s[mt][2 * np], qa[mt], b[0], b[1]);
+            Mma<T>::run(s[mt][2 * np + 1], qa[mt], b[2], b[3]);
+          }
         }
       }
       // Scale, mask, online softmax (log2 domain).
       const int kbase = tt * BN + 2 * c;
-      float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int mt = 0; mt < MT; ++mt) {
+        float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1, n = kbase + j * 8 + (e & 1);
-          float v = __fmul_rn(s[j][e], p.scale_log2);
-          if (n < lo[h] || n > hi[h]) v = kNegInf;
-          s[j][e] = v;
-          mx[h] = fmaxf(mx[h], v);
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1, n = kbase + j * 8 + (e & 1);
+            float v = __fmul_rn(s[mt][j][e], p.scale_log2);
+            if (n < lo[mt][h] || n > hi[mt][h]) v = kNegInf;
+            s[mt][j][e] = v;
+            mx[h] = fmaxf(mx[h], v);
+          }
+        float muse[2], alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float mn = fmaxf(m[mt][h], mx[h]);
+          muse[h] = mn == kNegInf ? 0.f : mn;
+          alpha[h] = fast_exp2(__fsub_rn(m[mt][h], muse[h]));
+          m[mt][h] = mn;
         }
-      float muse[2], alpha[2];
+        float rs[2] = {0.f, 0.f};
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mn = fmaxf(m[h], mx[h]);
-        muse[h] = mn == kNegInf ? 0.f : mn;
-        alpha[h] = exp2f(__fsub_rn(m[h], muse[h]));
-        m[h] = mn;
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float pe = fast_exp2(__fsub_rn(s[mt][j][e], muse[e >> 1]));
+            s[mt][j][e] = pe;
+            rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
+          }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l[mt][h] = __fadd_rn(__fmul_rn(l[mt][h], alpha[h]), rs[h]);
+#pragma unroll
+        for (int j = 0; j < DT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) oacc[mt][j][e] = __fmul_rn(oacc[mt][j][e], alpha[e >> 1]);
       }
-      float rs[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = exp2f(__fsub_rn(s[j][e], muse[e >> 1]));
-          s[j][e] = pe;
-          rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
-#pragma unroll
-      for (int j = 0; j < DT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) oacc[j][e] = __fmul_rn(oacc[j][e], alpha[e >> 1]);
       // O += P V
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32_t a[4];
-        a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          a[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[mt][3] = Mma<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];
           ldsm_x4_t(b, vb + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
-          Mma<T>::run(oacc[2 * dp], a, b[0], b[1]);
-          Mma<T>::run(oacc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(oacc[mt][2 * dp], a[mt], b[0], b[1]);
+            Mma<T>::run(oacc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          }
         }
       }
     }
-    __syncthreads();
   }
   cp_async_wait<0>();
   if (!wactive) return;
@@ -346,57 +393,67 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
   const int Hq = p.Hq;
   if (w.split) {  // write this split's state for the merge kernel
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float lf = quad_sum(l[h]);
-      if (!rv[h]) continue;
-      const int r = wr0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
-      float* dst = partial_ptr(p, sd, i, head, w.sp);
-      if (c == 0) {
-        dst[0] = m[h];
-        dst[1] = lf;
-      }
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int j = 0; j < DT; ++j) {
-        dst[2 + j * 8 + 2 * c] = oacc[j][2 * h];
-        dst[2 + j * 8 + 2 * c + 1] = oacc[j][2 * h + 1];
+      for (int h = 0; h < 2; ++h) {
+        const float lf = quad_sum(l[mt][h]);
+        if (!rv[mt][h]) continue;
+        const int r = wr0 + mt * 16 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+        float* dst = partial_ptr(p, sd, i, head, w.sp);
+        if (c == 0) {
+          dst[0] = m[mt][h];
+          dst[1] = lf;
+        }
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+          dst[2 + j * 8 + 2 * c] = oacc[mt][j][2 * h];
+          dst[2 + j * 8 + 2 * c + 1] = oacc[mt][j][2 * h + 1];
+        }
       }
-    }
     return;
   }
-  float fm[2], fl[2];
+  float fm[MT][2], fl[MT][2];
   if constexpr (DET) {
     flush();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      fm[h] = rm[h];
-      fl[h] = rl[h];
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        fm[mt][h] = rm[mt][h];
+        fl[mt][h] = rl[mt][h];
+      }
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) oacc[mt][j][e] = racc[mt][j][e];
     }
-#pragma unroll
-    for (int j = 0; j < DT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) oacc[j][e] = racc[j][e];
   } else {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      fm[h] = m[h];
-      fl[h] = quad_sum(l[h]);
-    }
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        fm[mt][h] = m[mt][h];
+        fl[mt][h] = quad_sum(l[mt][h]);
+      }
   }
   T* optr = static_cast<T*>(w.is_out ? p.o_out : p.o);
   float* lptr = w.is_out ? p.lse_out : p.lse;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!rv[h]) continue;
-    const int r = wr0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
-    const float inv = __frcp_rn(fl[h]);
-    T* dst = optr + ((size_t)(qoff + i) * Hq + head) * D;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int j = 0; j < DT; ++j) {
-      const uint32_t v = Mma<T>::pack(__fmul_rn(oacc[j][2 * h], inv), __fmul_rn(oacc[j][2 * h + 1], inv));
-      *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
+    for (int h = 0; h < 2; ++h) {
+      if (!rv[mt][h]) continue;
+      const int r = wr0 + mt * 16 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+      const float inv = __frcp_rn(fl[mt][h]);
+      T* dst = optr + ((size_t)(qoff + i) * Hq + head) * D;
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        const uint32_t v =
+            Mma<T>::pack(__fmul_rn(oacc[mt][j][2 * h], inv), __fmul_rn(oacc[mt][j][2 * h + 1], inv));
+        *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
+      }
+      if (c == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm[mt][h], fl[mt][h]);
     }
-    if (c == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm[h], fl[h]);
-  }
 }
 
 // ---- SIMT kernel (f32, and D other than 64/128) ---------------------------------------------
@@ -479,9 +536,9 @@ __global__ void __launch_bounds__(kSimtWarps * 32) simt_attn_kernel(const __grid
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     const float mn = fmaxf(m, mx), muse = mn == kNegInf ? 0.f : mn;
-    const float alpha = exp2f(__fsub_rn(m, muse));
+    const float alpha = fast_exp2(__fsub_rn(m, muse));
     m = mn;
-    const float pj = exp2f(__fsub_rn(s2, muse));
+    const float pj = fast_exp2(__fsub_rn(s2, muse));
     l = __fadd_rn(__fmul_rn(l, alpha), pj);
 #pragma unroll
     for (int k = 0; k < kSimtMaxDpl; ++k) acc[k] = __fmul_rn(acc[k], alpha);

@@ -43,6 +43,14 @@ constexpr float kNegInf = -INFINITY;
 constexpr float kLn2 = 0.693147180559945309f;
 constexpr float kLog2e = 1.4426950408889634f;
 
+/// 2^x by the SFU (ex2.approx.ftz: ~2 ulp, 2^-inf = +0, 2^0 = 1 exactly); one instruction,
+/// deterministic, used by every kernel for every exponential.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One softmax state (m: running max of scores in the log2 domain, l: sum of exp2(s - m),
 // acc: sum of exp2(s - m) * v). merge_coeffs() gives the factors that combine state A (M) and
 // state B (m) into max(M, m). Every kernel (tensor-core, SIMT, split-KV merge) uses these
@@ -58,8 +66,8 @@ __device__ __forceinline__ MergeCoeffs merge_coeffs(float M, float m) {
     c.fa = 0.f;
     c.fb = 0.f;
   } else {
-    c.fa = exp2f(__fsub_rn(M, c.m));
-    c.fb = exp2f(__fsub_rn(m, c.m));
+    c.fa = fast_exp2(__fsub_rn(M, c.m));
+    c.fb = fast_exp2(__fsub_rn(m, c.m));
   }
   return c;
 }
