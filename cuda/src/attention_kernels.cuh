@@ -591,37 +591,42 @@ __global__ void __launch_bounds__(kSimtWarps * 32) simt_attn_kernel(const __grid
 }
 
 // ---- split-KV merge -------------------------------------------------------------------------
-// One warp per (output row, query head): merges the nsplit states in ascending split order
-// (the same merge_coeffs/merge_val as the in-kernel chunk merges) and normalizes.
+// One block per (output row, query head), one thread per output dim d. Every thread runs the
+// same sequential merge of the nsplit states in ascending split order (the merge_coeffs/merge_val
+// of the in-kernel chunk merges, so the bits match the deterministic PT path); the loads of a
+// batch of kMergeBatch states are issued before the batch is merged, so the chain waits on memory
+// once per batch instead of once per split.
+constexpr int kMergeBatch = 16;
+
 template <typename T>
-__global__ void __launch_bounds__(128) merge_kernel(const float* __restrict__ partial, T* __restrict__ o_out,
-                                                    float* __restrict__ lse_out, long long rows, int nsplit, int D) {
-  const long long wid = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (wid >= rows) return;
-  const float* base = partial + (size_t)wid * nsplit * (D + 2);
-  float M = kNegInf, L = 0.f, acc[kSimtMaxDpl];
+__global__ void merge_kernel(const float* __restrict__ partial, T* __restrict__ o_out, float* __restrict__ lse_out,
+                             long long rows, int nsplit, int D) {
+  const long long row = blockIdx.x;
+  const int d = threadIdx.x;
+  if (row >= rows) return;
+  const float* base = partial + (size_t)row * nsplit * (D + 2);
+  float M = kNegInf, L = 0.f, acc = 0.f;
+  for (int sp0 = 0; sp0 < nsplit; sp0 += kMergeBatch) {
+    float mb[kMergeBatch], lb[kMergeBatch], ab[kMergeBatch];
 #pragma unroll
-  for (int k = 0; k < kSimtMaxDpl; ++k) acc[k] = 0.f;
-  for (int sp = 0; sp < nsplit; ++sp) {
-    const float* st = base + (size_t)sp * (D + 2);
-    const MergeCoeffs cf = merge_coeffs(M, st[0]);
-    L = merge_val(L, st[1], cf);
-#pragma unroll
-    for (int k = 0; k < kSimtMaxDpl; ++k) {
-      const int d = lane + 32 * k;
-      if (d < D) acc[k] = merge_val(acc[k], st[2 + d], cf);
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const bool ok = sp0 + j < nsplit;
+      const float* st = base + (size_t)(ok ? sp0 + j : 0) * (D + 2);
+      mb[j] = ok ? __ldg(st) : kNegInf;
+      lb[j] = ok ? __ldg(st + 1) : 0.f;
+      ab[j] = ok ? __ldg(st + 2 + d) : 0.f;
     }
-    M = cf.m;
-  }
-  const float inv = __frcp_rn(L);
-  T* dst = o_out + (size_t)wid * D;
 #pragma unroll
-  for (int k = 0; k < kSimtMaxDpl; ++k) {
-    const int d = lane + 32 * k;
-    if (d < D) dst[d] = Elem<T>::from_f(__fmul_rn(acc[k], inv));
+    for (int j = 0; j < kMergeBatch; ++j) {
+      if (sp0 + j >= nsplit) break;
+      const MergeCoeffs cf = merge_coeffs(M, mb[j]);
+      L = merge_val(L, lb[j], cf);
+      acc = merge_val(acc, ab[j], cf);
+      M = cf.m;
+    }
   }
-  if (lane == 0 && lse_out) lse_out[wid] = state_lse(M, L);
+  o_out[(size_t)row * D + d] = Elem<T>::from_f(__fmul_rn(acc, __frcp_rn(L)));
+  if (d == 0 && lse_out) lse_out[row] = state_lse(M, L);
 }
 
 }  // namespace orthros::cuda::detail
