@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1
 RUNS=${ORTHROS_BENCH_RUNS:-25}
 QUICK=${ORTHROS_BENCH_QUICK:+--quick}
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; git rev-parse HEAD 2>/dev/null; date -u; } \
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; cat "$BIN/COMMIT" 2>/dev/null; date -u; } \
   | tee "$OUTDIR/env.txt"
 
 echo "== gpu tests"

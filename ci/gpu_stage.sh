@@ -9,4 +9,5 @@ mkdir -p build-cuda-carry
 cp build-cuda/verify/gpu/test_attention_gpu build-cuda/bench/gpu/bench_attention_gpu build-cuda-carry/
 [ -n "${ORTHROS_STAGE_CLI:-}" ] && cp build-cuda/reference/orthros build-cuda-carry/ || true
 cp "$(g++ -print-file-name=libgomp.so.1)" build-cuda-carry/
+{ git rev-parse HEAD; git status --porcelain -- cuda bench/gpu verify/gpu reference/cli | head -20; } > build-cuda-carry/COMMIT
 du -sh build-cuda-carry
