@@ -9,9 +9,9 @@ using namespace detail;
 
 // Rotates the pair (x[d], x[d + D/2]) of one head by angle pos * theta^(-2d/D).
 template <typename T>
-__device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, double pos, double log_theta) {
+__device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, double pos, double theta) {
   const int half = D / 2;
-  const double a = pos * exp(-2.0 * d / D * log_theta);
+  const double a = pos * pow(theta, -2.0 * d / D);  // the CPU reference's formula (rope.hpp)
   double sn, cs;
   sincos(a, &sn, &cs);
   const float c = static_cast<float>(cs), s = static_cast<float>(sn);
@@ -21,13 +21,13 @@ __device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, do
 }
 
 template <typename T>
-__global__ void rope_kernel(T* x, const std::int64_t* positions, int H, int D, double log_theta) {
+__global__ void rope_kernel(T* x, const std::int64_t* positions, int H, int D, double theta) {
   const long long n = blockIdx.x;
   const double pos = static_cast<double>(positions[n]);
   const int half = D / 2;
   for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
     T* row = x + ((size_t)n * H + idx / half) * D;
-    rope_pair(row, row, idx % half, D, pos, log_theta);
+    rope_pair(row, row, idx % half, D, pos, theta);
   }
 }
 
@@ -40,7 +40,7 @@ struct AppendParams {
   void* q_out;
   long long capacity, pos_offset;
   int Hq, Hkv, D, rope;
-  double log_theta;
+  double theta;
   int nseq;
   SeqDesc seq[kMaxSeqPerLaunch];
 };
@@ -64,18 +64,18 @@ __global__ void append_kernel(const __grid_constant__ AppendParams p) {
   if (p.rope) {
     for (int idx = threadIdx.x; idx < p.Hkv * half; idx += blockDim.x) {
       const int h = idx / half, d = idx % half;
-      rope_pair(kn + (size_t)h * D, kc + (size_t)h * D, d, D, pos, p.log_theta);
+      rope_pair(kn + (size_t)h * D, kc + (size_t)h * D, d, D, pos, p.theta);
     }
     if (p.q) {
       T* qr = static_cast<T*>(p.q) + (size_t)(sd.q_off + i) * p.Hq * D;
       for (int idx = threadIdx.x; idx < p.Hq * half; idx += blockDim.x)
-        rope_pair(qr + (size_t)(idx / half) * D, qr + (size_t)(idx / half) * D, idx % half, D, pos, p.log_theta);
+        rope_pair(qr + (size_t)(idx / half) * D, qr + (size_t)(idx / half) * D, idx % half, D, pos, p.theta);
     }
     const int first_out = sd.T - sd.T_out;
     if (p.q_out && i >= first_out) {
       T* qr = static_cast<T*>(p.q_out) + (size_t)(sd.out_off + i - first_out) * p.Hq * D;
       for (int idx = threadIdx.x; idx < p.Hq * half; idx += blockDim.x)
-        rope_pair(qr + (size_t)(idx / half) * D, qr + (size_t)(idx / half) * D, idx % half, D, pos, p.log_theta);
+        rope_pair(qr + (size_t)(idx / half) * D, qr + (size_t)(idx / half) * D, idx % half, D, pos, p.theta);
     }
   } else {
     for (int idx = threadIdx.x; idx < p.Hkv * D; idx += blockDim.x) kc[idx] = kn[idx];
@@ -85,7 +85,7 @@ __global__ void append_kernel(const __grid_constant__ AppendParams p) {
 template <typename T>
 void launch_rope(void* x, const std::int64_t* positions, std::int64_t N, int H, int D, double theta,
                  cudaStream_t stream) {
-  rope_kernel<T><<<static_cast<unsigned>(N), 128, 0, stream>>>(static_cast<T*>(x), positions, H, D, std::log(theta));
+  rope_kernel<T><<<static_cast<unsigned>(N), 128, 0, stream>>>(static_cast<T*>(x), positions, H, D, theta);
   ORTHROS_CUDA_LAUNCH_CHECK("rope_kernel");
 }
 
@@ -164,7 +164,7 @@ void rope_append_kv(DType dtype, const BatchLayout& b, int num_q_heads, int num_
   ap.Hkv = num_kv_heads;
   ap.D = head_dim;
   ap.rope = theta > 0 ? 1 : 0;
-  ap.log_theta = theta > 0 ? std::log(theta) : 0.0;
+  ap.theta = theta;
   switch (dtype) {
     case DType::f32: launch_append<float>(ap, b, stream); break;
     case DType::f16: launch_append<__half>(ap, b, stream); break;

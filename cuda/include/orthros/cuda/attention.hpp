@@ -131,7 +131,10 @@ void attention_forward(const AttentionConfig& cfg, const BatchLayout& batch, con
 /// (dtype of cfg; D even). Row n uses position `positions[n]` (device int64 array of N):
 ///   for d < D/2, f_d = theta^(-2d/D), a = pos * f_d:
 ///   x[d] <- x[d] cos a - x[d+D/2] sin a;   x[d+D/2] <- x[d+D/2] cos a + x[d] sin a
-/// computed in float64 for the angle and float32 for the rotation, rounded once to the dtype.
+/// computed as the CPU reference (orthros::apply_rope, rope.hpp): angle, cos and sin in float64,
+/// cos/sin rounded to float32, rotation in float32 (no FMA), rounded once to the dtype. The CUDA
+/// libm's pow/cos/sin may differ from the host's in the last float64 bit, so results agree with
+/// the reference to within one unit in the last place of the dtype (tested), usually bitwise.
 /// \throws orthros::Error on N < 0, H < 1, odd or non-positive D, theta <= 0, null pointers.
 /// \throws CudaError on a failed launch.
 void apply_rope(DType dtype, void* x, const std::int64_t* positions, std::int64_t N, int H, int D, double theta,
