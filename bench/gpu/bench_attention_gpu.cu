@@ -148,6 +148,10 @@ int main(int argc, char** argv) {
     const double flops = 4.0 * D * Hq * (double(T) * W + T);
     for (bool det : {false, true})
       bench_call("prefill_T" + std::to_string(T / 1024) + "K", 1, T, 0, 1, det, W, bytes, flops);
+    // A/B: the fast mode with the opt-in sliding-window base-stream kernel.
+    setenv("ORTHROS_CUDA_SLIDE", "1", 1);
+    bench_call("prefill_T" + std::to_string(T / 1024) + "K_slide", 1, T, 0, 1, false, W, bytes, flops);
+    unsetenv("ORTHROS_CUDA_SLIDE");
   }
   const long long L = 131072;
   for (int B : {1, 16}) {
@@ -162,6 +166,9 @@ int main(int argc, char** argv) {
     const double bytes = e * (3.0 * T * Hq * D + 2.0 * T * Hkv * D);
     for (bool det : {false, true})
       bench_call("pt_T" + std::to_string(T / 1024) + "K", 1, T, 0, T, det, W, bytes, flops);
+    setenv("ORTHROS_CUDA_SLIDE", "1", 1);
+    bench_call("pt_T" + std::to_string(T / 1024) + "K_slide", 1, T, 0, T, false, W, bytes, flops);
+    unsetenv("ORTHROS_CUDA_SLIDE");
   }
 
   std::printf("\n%-26s %-44s %10s %10s %8s %9s\n", "benchmark", "shape", "median_ms", "GB/s", "%copy", "TFLOP/s");

@@ -2,6 +2,7 @@
 #include "attention_kernels.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -81,6 +82,7 @@ struct Plan {
   int nsplit;   // output-stream splits
   bool split_chunked;
   int chunk_tiles;
+  bool slide;   // base stream by swa_slide_kernel (fast mode, tensor cores, small windows)
 };
 
 Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
@@ -103,6 +105,17 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
     p.bn = kSimtBN;
   }
   p.chunk_tiles = kDeterministicChunk / p.bn;
+  // Sliding base-stream kernel: two consecutive 64-row blocks must span <= kSlideSlots KV tiles.
+  {
+    const std::int64_t pos_span = (2 * 64 - 1) / group + 2;
+    const std::int64_t keys = std::min<std::int64_t>(c.window, std::int64_t(1) << 32) - 1 + pos_span;
+    const std::int64_t tiles = (keys - 1) / 64 + 2;
+    // Opt-in (ORTHROS_CUDA_SLIDE set): correct (passes verify/gpu) but measured SLOWER on the
+    // H200 than the generic kernel (prefill 32K: 0.80 vs 0.68 ms; 192 KB of shared memory leave
+    // one 4-warp CTA per SM), so the default path does not use it.
+    p.slide = p.mma && !c.deterministic && p.nw == 4 && tiles <= kSlideSlots &&
+              std::getenv("ORTHROS_CUDA_SLIDE") != nullptr;
+  }
   std::int64_t out_ctas = 0;
   for (int i = 0; i < b.batch(); ++i)
     out_ctas += (std::int64_t(b.out_lens[i]) * group + p.bm - 1) / p.bm * c.num_kv_heads;
@@ -206,6 +219,28 @@ void launch_main(const Plan& pl, bool det, int D, const KernelParams& kp, dim3 g
   throw Error("internal: no tensor-core kernel for this configuration");
 }
 
+template <typename T, int D>
+void launch_slide_d(const KernelParams& kp, dim3 grid, int bpc, cudaStream_t stream) {
+  constexpr int smem = (2 * 64 + 2 * kSlideSlots * 64) * D * static_cast<int>(sizeof(T));
+  static bool configured = false;  // per instantiation; benign race (idempotent)
+  if (!configured) {
+    ORTHROS_CUDA_CHECK(
+        cudaFuncSetAttribute(swa_slide_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  swa_slide_kernel<T, D><<<grid, 128, smem, stream>>>(kp, bpc);
+  ORTHROS_CUDA_LAUNCH_CHECK("swa_slide_kernel");
+}
+
+template <typename T>
+void launch_slide(int D, const KernelParams& kp, dim3 grid, int bpc, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (D == 64) return launch_slide_d<T, 64>(kp, grid, bpc, stream);
+    if (D == 128) return launch_slide_d<T, 128>(kp, grid, bpc, stream);
+  }
+  throw Error("internal: no sliding-window kernel for this configuration");
+}
+
 template <typename T>
 void launch_merge(const KernelParams& kp, long long rows, cudaStream_t stream) {
   if (rows == 0) return;
@@ -260,6 +295,19 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
       max_base_blocks = std::max(max_base_blocks, (d.T * group + pl.bm - 1) / pl.bm);
     }
     kp.max_out_blocks = max_out_blocks;
+    if (pl.slide) {
+      // Base stream: persistent CTAs of `bpc` consecutive 64-row blocks, about one CTA per SM.
+      int max_slide_blocks = 0;
+      for (int j = 0; j < ns; ++j) max_slide_blocks = std::max(max_slide_blocks, (kp.seq[j].T * group + 63) / 64);
+      if (max_slide_blocks > 0) {
+        const std::int64_t sms = device_sm_count(), lanes = std::int64_t(c.num_kv_heads) * ns;
+        std::int64_t bpc = std::max<std::int64_t>(1, (max_slide_blocks * lanes + sms - 1) / sms);
+        while ((max_slide_blocks + bpc - 1) / bpc * lanes > sms && bpc < max_slide_blocks) ++bpc;
+        const unsigned gxs = static_cast<unsigned>((max_slide_blocks + bpc - 1) / bpc);
+        launch_slide<T>(D, kp, dim3(gxs, c.num_kv_heads, ns), static_cast<int>(bpc), stream);
+      }
+      max_base_blocks = 0;  // the generic launch below runs the output stream only
+    }
     const long long gx = static_cast<long long>(max_out_blocks) * pl.nsplit + max_base_blocks;
     if (gx == 0) continue;
     require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");

@@ -456,6 +456,194 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
     }
 }
 
+// ---- sliding-window base-stream kernel (fast mode) ------------------------------------------
+// A persistent CTA walks `blocks_per_cta` consecutive base-stream row blocks (64 rows) of one
+// (sequence, KV head). K/V tiles live in a ring of kSlideSlots slots indexed by absolute tile
+// number, so each tile is loaded once per CTA, and the next block's Q and new tiles are fetched
+// while the current block computes: no per-tile barriers and no pipeline drain between blocks.
+// Per row, the arithmetic is the generic kernel's (MT = 1, same tile order and operations).
+// The host uses it only when two consecutive blocks span <= kSlideSlots tiles, and only when the
+// environment variable ORTHROS_CUDA_SLIDE is set: on the H200 it measured slower than the
+// generic kernel (one 4-warp CTA per SM; the softmax phases leave the tensor cores idle).
+constexpr int kSlideSlots = 5;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128, 1) swa_slide_kernel(const __grid_constant__ KernelParams p, int blocks_per_cta) {
+  constexpr int NW = 4, BM = 64, BN = 64, CH = D / 8, NT = BN / 8, DT = D / 8, NS = kSlideSlots;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [2][BM][D]
+  T* sK = sQ + 2 * BM * D;                  // [NS][BN][D]
+  T* sV = sK + NS * BN * D;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const SeqDesc& sd = p.seq[blockIdx.z];
+  const int kvh = blockIdx.y;
+  Work w;  // base stream of this sequence
+  w.is_out = false;
+  w.split = false;
+  w.sp = 0;
+  w.n_tok = sd.T;
+  w.nrows = sd.T * p.group;
+  w.first_pos = (int)(sd.cache_len - sd.T);
+  const int nblocks = (w.nrows + BM - 1) / BM;
+  const int rb_begin = blockIdx.x * blocks_per_cta, rb_end = min(nblocks, rb_begin + blocks_per_cta);
+  if (rb_begin >= rb_end) return;
+  const T* qsrc = static_cast<const T*>(p.q);
+  const int qoff = sd.q_off;
+  const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
+  const T* vg = static_cast<const T*>(p.v) + sd.kv_base + (size_t)kvh * D;
+  const size_t kv_row = (size_t)p.Hkv * D;
+  int loaded_te = -1;  // highest tile issued so far (uniform across the CTA)
+  auto prefetch = [&](int rb) {
+    const int r0 = rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+    T* q_dst = sQ + (rb & 1) * BM * D;
+    for (int idx = tid; idx < BM * CH; idx += NW * 32) {
+      const int row = idx / CH, ch = idx % CH, r = r0 + row;
+      const bool ok = r <= r1;
+      const T* src =
+          ok ? qsrc + ((size_t)(qoff + r / p.group) * p.Hq + kvh * p.group + r % p.group) * D + ch * 8 : qsrc;
+      cp_async16(q_dst + swz<D>(row, ch), src, ok);
+    }
+    const int tb = row_lo(p, w, r0) / BN, te = row_hi(p, w, r1) / BN;
+    for (int t = max(loaded_te + 1, tb); t <= te; ++t) {
+      T* dk = sK + (t % NS) * BN * D;
+      T* dv = sV + (t % NS) * BN * D;
+      for (int idx = tid; idx < BN * CH; idx += NW * 32) {
+        const int row = idx / CH, ch = idx % CH;
+        const long long n = (long long)t * BN + row;
+        const bool ok = n < sd.cache_len;
+        const size_t off = ok ? (size_t)n * kv_row + ch * 8 : 0;
+        cp_async16(dk + swz<D>(row, ch), kg + off, ok);
+        cp_async16(dv + swz<D>(row, ch), vg + off, ok);
+      }
+    }
+    loaded_te = max(loaded_te, te);
+  };
+  prefetch(rb_begin);
+  cp_async_commit();
+  const int g = lane >> 2, c = lane & 3;
+  for (int rb = rb_begin; rb < rb_end; ++rb) {
+    if (rb + 1 < rb_end) prefetch(rb + 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this block's Q and tiles have landed
+    __syncthreads();
+    const int r0 = rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+    const int tb = row_lo(p, w, r0) / BN, te = row_hi(p, w, r1) / BN;
+    const int wr0 = r0 + warp * 16, wr1 = min(r1, wr0 + 15);
+    if (wr0 <= r1) {
+      const T* sQb = sQ + (rb & 1) * BM * D;
+      int lo[2], hi[2];
+      bool rv[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wr0 + g + 8 * h;
+        rv[h] = r <= r1;
+        lo[h] = rv[h] ? row_lo(p, w, r) : 1;
+        hi[h] = rv[h] ? row_hi(p, w, r) : 0;
+      }
+      const int wtb = max(tb, row_lo(p, w, wr0) / BN), wte = min(te, row_hi(p, w, wr1) / BN);
+      uint32_t qf[D / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        ldsm_x4(qf[kk], sQb + swz<D>(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), kk * 2 + (lane >> 4)));
+      float oacc[DT][4];
+      float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
+      for (int tt = wtb; tt <= wte; ++tt) {
+        const T* kb = sK + (tt % NS) * BN * D;
+        const T* vb = sV + (tt % NS) * BN * D;
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+          for (int np = 0; np < BN / 16; ++np) {
+            uint32_t b[4];
+            ldsm_x4(b, kb + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+            Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
+            Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+          }
+        }
+        const int kbase = tt * BN + 2 * c;
+        float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1, n = kbase + j * 8 + (e & 1);
+            float v = __fmul_rn(s[j][e], p.scale_log2);
+            if (n < lo[h] || n > hi[h]) v = kNegInf;
+            s[j][e] = v;
+            mx[h] = fmaxf(mx[h], v);
+          }
+        float muse[2], alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float mn = fmaxf(m[h], mx[h]);
+          muse[h] = mn == kNegInf ? 0.f : mn;
+          alpha[h] = fast_exp2(__fsub_rn(m[h], muse[h]));
+          m[h] = mn;
+        }
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float pe = fast_exp2(__fsub_rn(s[j][e], muse[e >> 1]));
+            s[j][e] = pe;
+            rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
+          }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
+#pragma unroll
+        for (int j = 0; j < DT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) oacc[j][e] = __fmul_rn(oacc[j][e], alpha[e >> 1]);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          uint32_t a[4];
+          a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+          a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+          a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+          a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+          for (int dp = 0; dp < D / 16; ++dp) {
+            uint32_t b[4];
+            ldsm_x4_t(b, vb + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+            Mma<T>::run(oacc[2 * dp], a, b[0], b[1]);
+            Mma<T>::run(oacc[2 * dp + 1], a, b[2], b[3]);
+          }
+        }
+      }
+      T* optr = static_cast<T*>(p.o);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float lf = __fadd_rn(l[h], __shfl_xor_sync(0xffffffffu, l[h], 1));
+        lf = __fadd_rn(lf, __shfl_xor_sync(0xffffffffu, lf, 2));
+        if (!rv[h]) continue;
+        const int r = wr0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+        const float inv = __frcp_rn(lf);
+        T* dst = optr + ((size_t)(qoff + i) * p.Hq + head) * D;
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+          const uint32_t v = Mma<T>::pack(__fmul_rn(oacc[j][2 * h], inv), __fmul_rn(oacc[j][2 * h + 1], inv));
+          *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
+        }
+        if (c == 0 && p.lse) p.lse[(size_t)(qoff + i) * p.Hq + head] = state_lse(m[h], lf);
+      }
+    }
+    __syncthreads();  // everyone is done with this block's Q buffer and with tiles the next prefetch may reuse
+  }
+  cp_async_wait<0>();
+}
+
 // ---- SIMT kernel (f32, and D other than 64/128) ---------------------------------------------
 // One warp per row, 4 rows per CTA; KV tiles of 32 keys (lane j scores key j of the tile);
 // lane j accumulates output dims j, j+32, ... (D <= 256).
