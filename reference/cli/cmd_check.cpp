@@ -3,7 +3,10 @@
 //   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--json]
 // Per tensor (o, o_out, lse, lse_out): relative Frobenius error, max abs error, max relative
 // error, worst index [t, h, d], NaN/Inf counts, the rows over the abs bound with their absolute
-// positions, pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 otherwise.
+// positions, pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 when a
+// result of the port is missing, unreadable, incomplete or wrong, 2 (orthros::Error, one line
+// from main) when an input of the check itself is bad: usage, the case file, --expected, the suite
+// (manifest, case and expected files) or a missing --actual-dir.
 #include "command.hpp"
 #include "portkit.hpp"
 
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,10 +128,11 @@ void print_case(const CaseReport& c) {
   for (const auto& r : c.tensors) {
     if (r.bad_row_count == 0) continue;
     const std::int64_t rows = r.shape.empty() ? 0 : r.shape[0];
-    std::printf("    %s: %lld of %lld rows over the abs bound or non-finite: rows %s%s = positions t = %s%s\n",
-                r.name.c_str(), (long long)r.bad_row_count, (long long)rows, ranges(r.bad_rows, 0).c_str(),
-                r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "",
-                ranges(r.bad_rows, position(c, r.name, 0)).c_str(),
+    const bool one = r.bad_row_count == 1;
+    std::printf("    %s: %lld of %lld rows over the abs bound or non-finite: %s %s%s = %s t = %s%s\n",
+                r.name.c_str(), (long long)r.bad_row_count, (long long)rows, one ? "row" : "rows",
+                ranges(r.bad_rows, 0).c_str(), r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "",
+                one ? "position" : "positions", ranges(r.bad_rows, position(c, r.name, 0)).c_str(),
                 r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "");
   }
 }
@@ -182,32 +187,81 @@ struct Args {
   bool json = false, skip_missing = false;
 };
 
+/// Runs `f`; an orthros::Error it throws is rethrown with `what` in front (names the bad input).
+template <typename F>
+auto with_context(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
+}
+
+/// Reads the port's result file; a problem with it is the port's failure (exit 1), not an error.
+bool read_actual(CaseReport& c, const std::string& path, st::File& out) {
+  try {
+    out = st::read_file(path);
+    return true;
+  } catch (const Error& err) {
+    c.pass = false;
+    c.error = "result file " + path + ": " + err.what();
+    return false;
+  }
+}
+
+/// Compares the port's result file with `e`; result-file problems become c.error (a failure).
+void check_result(CaseReport& c, const portkit::Expected& e, const std::string& actual_path) {
+  st::File actual;
+  if (!read_actual(c, actual_path, actual)) return;
+  try {
+    compare_outputs(c, e, actual);
+  } catch (const Error& err) {
+    c.pass = false;
+    c.tensors.clear();
+    c.error = "result file " + actual_path + ": " + err.what();
+  }
+}
+
 int run_case(const Args& a) {
   CaseReport c;
   c.name = fs::path(a.case_path).stem().string();
-  try {
-    const st::File cf = st::read_file(a.case_path);
-    fill_shape_info(c, cf);
-    auto reg = cf.metadata.find("regime");
-    if (reg != cf.metadata.end()) c.regime = reg->second;
-    portkit::Expected e;
-    if (!a.expected.empty()) {
-      e = portkit::load_expected(st::read_file(a.expected));
-    } else {
-      // dtype: --dtype, else the case's "dtype" metadata (golden files), else q's storage dtype.
-      std::string dt = a.dtype;
-      auto m = cf.metadata.find("dtype");
-      if (dt.empty() && m != cf.metadata.end()) dt = m->second;
-      if (dt.empty()) dt = portkit::check_dtype(cf.tensors.at("q").dtype);
-      e = portkit::compute_expected(cf, dt);
-    }
-    if (!a.dtype.empty()) e.dtype = a.dtype;
-    c.dtype = e.dtype;
-    compare_outputs(c, e, st::read_file(a.actual));
-  } catch (const Error& err) {
-    c.pass = false;
-    c.error = err.what();
+  // The case and the expected file are inputs of the check: problems with them throw (exit 2).
+  const st::File cf = with_context("--case " + a.case_path, [&] {
+    require(fs::is_regular_file(a.case_path), "no such file");
+    st::File f = st::read_file(a.case_path);
+    require(f.tensors.count("q") && f.tensors.count("k") && f.tensors.count("v") && f.tensors.count("q_out"),
+            "not a case file: it needs tensors q, k, v, q_out (SPEC §5)",
+            f.tensors.count("o") ? "; this looks like a result file, give it as --actual" : "");
+    fill_shape_info(c, f);
+    return f;
+  });
+  auto reg = cf.metadata.find("regime");
+  if (reg != cf.metadata.end()) c.regime = reg->second;
+  portkit::Expected e;
+  if (!a.expected.empty()) {
+    e = with_context("--expected " + a.expected, [&] {
+      require(fs::is_regular_file(a.expected), "no such file");
+      return portkit::load_expected(st::read_file(a.expected));
+    });
+  } else {
+    // dtype: --dtype, else the case's "dtype" metadata (golden files), else q's storage dtype.
+    std::string dt = a.dtype;
+    auto m = cf.metadata.find("dtype");
+    if (dt.empty() && m != cf.metadata.end()) dt = m->second;
+    if (dt.empty()) dt = portkit::check_dtype(cf.tensors.at("q").dtype);
+    e = with_context("--case " + a.case_path, [&] { return portkit::compute_expected(cf, dt); });
   }
+  if (!a.expected.empty()) {  // an expected file of another case would blame the port for shapes
+    const std::map<std::string, std::vector<std::int64_t>> want{
+        {"o", {c.T, c.Hq, c.D}}, {"o_out", {c.T_out, c.Hq, c.D}}, {"lse", {c.T, c.Hq}}, {"lse_out", {c.T_out, c.Hq}}};
+    for (const auto& [n, shape] : want)
+      require(e.file.tensors.at(n).shape == shape, "--expected ", a.expected, ": tensor \"", n, "\" has shape ",
+              index_str(e.file.tensors.at(n).shape), " but --case ", a.case_path, " needs ", index_str(shape),
+              " (expected file of another case?)");
+  }
+  if (!a.dtype.empty()) e.dtype = a.dtype;
+  c.dtype = e.dtype;
+  check_result(c, e, a.actual);
   return finish({c}, a.json);
 }
 
@@ -216,6 +270,7 @@ int run_suite(const Args& a) {
   std::ifstream mf(root / "manifest.json");
   require(static_cast<bool>(mf), "--suite: cannot read ", (root / "manifest.json").string(),
           " (write a suite with `orthros golden --out DIR`)");
+  require(fs::is_directory(a.actual_dir), "--actual-dir: directory ", a.actual_dir, " does not exist");
   json m;
   try {
     m = json::parse(mf);
@@ -227,7 +282,8 @@ int run_suite(const Args& a) {
   std::vector<CaseReport> out;
   for (const json& jc : m["cases"]) {
     CaseReport c;
-    try {
+    portkit::Expected e;
+    try {  // the suite is an input of the check: a bad manifest entry or expected file throws (exit 2)
       c.name = jc.at("name").get<std::string>();
       if (!a.only.empty() && c.name.find(a.only) == std::string::npos) continue;
       c.regime = jc.value("regime", "");
@@ -239,25 +295,21 @@ int run_suite(const Args& a) {
       c.Hkv = jc.at("H_kv");
       c.D = jc.at("D");
       c.window = jc.at("window");
-      const fs::path actual = fs::path(a.actual_dir) / (c.name + ".safetensors");
-      if (!fs::exists(actual)) {
-        if (a.skip_missing) {
-          c.skipped = true;
-          out.push_back(c);
-          continue;
-        }
-        throw Error("no result file " + actual.string());
-      }
-      portkit::Expected e = portkit::load_expected(st::read_file((root / jc.at("expected").get<std::string>()).string()));
-      if (!a.dtype.empty()) e.dtype = a.dtype;
-      c.dtype = e.dtype;
-      compare_outputs(c, e, st::read_file(actual.string()));
-    } catch (const Error& err) {
-      c.pass = false;
-      c.error = err.what();
+      const fs::path ep = root / jc.at("expected").get<std::string>();
+      e = with_context("suite " + a.suite + ", case " + c.name + ", expected file " + ep.string(),
+                       [&] { return portkit::load_expected(st::read_file(ep.string())); });
     } catch (const json::exception& err) {
+      throw Error(detail::cat((root / "manifest.json").string(), ": bad case entry \"", c.name, "\": ", err.what()));
+    }
+    if (!a.dtype.empty()) e.dtype = a.dtype;
+    c.dtype = e.dtype;
+    const fs::path actual = fs::path(a.actual_dir) / (c.name + ".safetensors");
+    if (!fs::exists(actual)) {
+      c.skipped = a.skip_missing;
       c.pass = false;
-      c.error = std::string("manifest entry: ") + err.what();
+      if (!c.skipped) c.error = "no result file " + actual.string();
+    } else {
+      check_result(c, e, actual.string());
     }
     out.push_back(c);
   }
@@ -283,15 +335,19 @@ const bool reg = add_command(
       sub.add_flag("--skip-missing", a->skip_missing, "--suite: report cases without a result file as skipped")
           ->needs(s);
       sub.add_flag("--json", a->json, "print the report as JSON (for CI)");
-      c->needs(r);
+      // --case/--suite needing --actual/--actual-dir is checked below, not with CLI11 `needs`: CLI11
+      // checks an option's `needs` before its `excludes`, so `--suite X --case Y` would report the
+      // missing --actual instead of the conflict.
       r->needs(c);
-      s->needs(d);
       d->needs(s);
       c->excludes(s);
       s->excludes(c);
       return [a]() -> int {
         require(!a->case_path.empty() || !a->suite.empty(),
                 "give --case CASE --actual RESULT, or --suite DIR --actual-dir DIR2");
+        require(a->case_path.empty() || !a->actual.empty(), "--case requires --actual (the port's result file)");
+        require(a->suite.empty() || !a->actual_dir.empty(),
+                "--suite requires --actual-dir (the directory of the port's results)");
         return a->suite.empty() ? run_case(*a) : run_suite(*a);
       };
     });

@@ -98,10 +98,13 @@ inline Expected compute_expected(const st::File& case_file, const std::string& d
 }
 
 /// Reads E_X and the dtype back from an expected file written by compute_expected().
-/// \throws orthros::Error if the metadata is missing or not a number.
+/// \throws orthros::Error if a tensor (o, o_out, lse, lse_out) or the metadata is missing, or the
+/// metadata is not a number.
 inline Expected load_expected(const st::File& f) {
   Expected e;
   e.file = f;
+  for (const char* n : output_names())
+    require(f.tensors.count(n), "not an expected file: it has no tensor \"", n, "\" (needs o, o_out, lse, lse_out)");
   auto d = f.metadata.find("dtype");
   require(d != f.metadata.end(), "expected file lacks metadata \"dtype\"");
   e.dtype = d->second;
