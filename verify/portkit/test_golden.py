@@ -5,6 +5,8 @@ Run by ctest (label unit) with ORTHROS=<path of the orthros binary> and PORT_DIR
 import filecmp
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -175,6 +177,7 @@ class GoldenTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("no tensor \"o_out\"", p.stdout)
         p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_w1", check=False)
+        self.assertEqual(p.returncode, 1, "a missing result of the port is a failure, not a usage error")
         self.assertIn("no result file", p.stdout)
         p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_w1", "--skip-missing", check=False)
         self.assertIn("0 passed, 0 failed, 1 skipped", p.stdout)
@@ -185,8 +188,146 @@ class GoldenTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("error:", p.stdout)
         p = run("check", "--suite", os.path.join(self.tmp.name, "nowhere"), "--actual-dir", bad, check=False)
-        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(p.returncode, 2)
         self.assertIn("manifest.json", p.stderr)
+        # --case mode: a missing or truncated result of the port is a failure too
+        case = os.path.join(d, "cases/edge_gqa1.safetensors")
+        for actual in (os.path.join(bad, "edge_gqa1.safetensors"), os.path.join(bad, "absent.safetensors")):
+            p = run("check", "--case", case, "--actual", actual, check=False)
+            self.assertEqual(p.returncode, 1, actual)
+            self.assertIn("[FAIL] edge_gqa1  (edge, T=", p.stdout)
+            self.assertIn("0 passed, 1 failed", p.stdout)
+
+    def assertUsageError(self, p, *fragments):
+        """Exit 2, nothing on stdout, exactly one line `orthros: error: ...` on stderr."""
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertEqual(p.stdout, "")
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertTrue(lines[0].startswith("orthros: error: "), lines[0])
+        for f in fragments:
+            self.assertIn(f, lines[0])
+
+    def test_bad_inputs_of_the_check_are_usage_errors(self):
+        d = self.dirs["f32"]
+        case = os.path.join(d, "cases/edge_d64.safetensors")
+        result = os.path.join(d, "expected/edge_d64.safetensors")  # a valid result file (F64 outputs)
+        self.assertEqual(run("check", "--case", case, "--actual", result).returncode, 0)
+        missing = os.path.join(self.tmp.name, "missing.safetensors")
+        self.assertUsageError(run("check", "--case", missing, "--actual", result, check=False),
+                              "--case " + missing, "no such file")
+        self.assertUsageError(run("check", "--case", result, "--actual", result, check=False),
+                              "not a case file", "give it as --actual")
+        junk = os.path.join(self.tmp.name, "junk.safetensors")
+        with open(junk, "wb") as f:
+            f.write(b"\x10\x00\x00")
+        self.assertUsageError(run("check", "--case", junk, "--actual", result, check=False), "--case " + junk)
+        self.assertUsageError(run("check", "--case", case, "--actual", result, "--expected", missing, check=False),
+                              "--expected " + missing, "no such file")
+        self.assertUsageError(run("check", "--case", case, "--actual", result, "--expected", case, check=False),
+                              "--expected " + case, "not an expected file")
+        other = os.path.join(d, "expected/edge_d128.safetensors")
+        self.assertUsageError(run("check", "--case", case, "--actual", result, "--expected", other, check=False),
+                              "--expected " + other, "has shape")
+        nodir = os.path.join(self.tmp.name, "nonexistent")
+        self.assertUsageError(run("check", "--suite", d, "--actual-dir", nodir, check=False),
+                              "--actual-dir", nodir, "does not exist")
+        self.assertUsageError(run("check", "--suite", d, "--case", case, check=False), "--case excludes --suite")
+        self.assertUsageError(run("check", "--suite", d, "--actual-dir", d, "--case", case, "--actual", result,
+                                  check=False), "excludes")
+        self.assertUsageError(run("check", "--case", case, check=False), "--case requires --actual")
+        self.assertUsageError(run("check", "--suite", d, check=False), "--suite requires --actual-dir")
+        # a broken suite (expected file) is the check's input, not the port's failure
+        broken = os.path.join(self.tmp.name, "broken_suite")
+        shutil.copytree(d, broken)
+        with open(os.path.join(broken, "expected/edge_w1.safetensors"), "wb") as f:
+            f.write(b"\x10\x00\x00")
+        self.assertUsageError(run("check", "--suite", broken, "--actual-dir", os.path.join(d, "expected"),
+                                  "--only", "edge_w1", check=False), "edge_w1", "expected file")
+
+    def test_one_bad_row_is_reported_in_the_singular(self):
+        d = self.dirs["f32"]
+        bad = os.path.join(self.tmp.name, "one_row")
+        os.makedirs(bad, exist_ok=True)
+        exp, _ = st_io.read(os.path.join(d, "expected/edge_cache_sft.safetensors"))
+        P = self.manifest("f32")["cases"]
+        P = next(c["P"] for c in P if c["name"] == "edge_cache_sft")
+        wrong = {n: a.copy() for n, a in exp.items()}
+        wrong["o"][2, 0, 0] += 1.0  # base row 2 = absolute position P + 3 (SPEC §2)
+        st_io.write(os.path.join(bad, "edge_cache_sft.safetensors"), wrong, dtype="F64")
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_cache_sft", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"o: 1 of {exp['o'].shape[0]} rows over the abs bound or non-finite: row 2 = position t = {P + 3}\n",
+                      p.stdout)
+
+    def test_numpy_port_without_a_suite_is_one_error_line(self):
+        out = os.path.join(self.tmp.name, "np_nowhere")
+        p = subprocess.run([sys.executable, os.path.join(PORT_DIR, "numpy_port.py"), "--golden",
+                            os.path.join(self.tmp.name, "nonexistent"), "--out", out], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        self.assertIn("numpy_port.py: error: --golden", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
+class RunOnGpuScriptTest(unittest.TestCase):
+    """examples/pytorch_port/run_on_gpu.sh's exit status, with stand-ins for PyTorch (none needed here)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.suite = os.path.join(cls.tmp.name, "golden")
+        run("golden", "--out", cls.suite, "--dtype", "f32", "--seed", "3")
+        # A "python" whose torch_port.py is the NumPy port (--backend dropped); FAKE_PORT_FAIL=1
+        # makes every port run fail without writing results.
+        cls.fake = os.path.join(cls.tmp.name, "fake_python")
+        with open(cls.fake, "w") as f:
+            f.write(f"""#!{sys.executable}
+import os, sys
+a = sys.argv[1:]
+if a[0] == "-c":
+    print("torch stand-in")
+    sys.exit(0)
+if os.environ.get("FAKE_PORT_FAIL"):
+    sys.exit(1)
+a = a[1:]
+i = a.index("--backend")
+del a[i:i + 2]
+os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py")!r}] + a)
+""")
+        os.chmod(cls.fake, os.stat(cls.fake).st_mode | stat.S_IXUSR)
+        # a torch package that cannot be imported, whatever is installed
+        cls.notorch = os.path.join(cls.tmp.name, "notorch")
+        os.makedirs(os.path.join(cls.notorch, "torch"))
+        with open(os.path.join(cls.notorch, "torch", "__init__.py"), "w") as f:
+            f.write("raise ImportError('No module named torch (test stand-in)')\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def script(self, out, **env):
+        e = dict(os.environ, ORTHROS=ORTHROS, **env)
+        return subprocess.run(["bash", os.path.join(PORT_DIR, "run_on_gpu.sh"), out, self.suite],
+                              capture_output=True, text=True, env=e)
+
+    def test_missing_torch_is_an_error(self):
+        p = self.script(os.path.join(self.tmp.name, "out_notorch"), PYTHON=sys.executable,
+                        PYTHONPATH=self.notorch)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("cannot import torch", p.stderr)
+
+    def test_passing_ports_and_caught_bug_exit_0(self):
+        p = self.script(os.path.join(self.tmp.name, "out_ok"), PYTHON=self.fake)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("check golden.sdpa-bug: ", p.stdout)
+
+    def test_failing_port_runs_exit_nonzero(self):
+        p = self.script(os.path.join(self.tmp.name, "out_fail"), PYTHON=self.fake, FAKE_PORT_FAIL="1")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("failed", p.stderr)
 
 
 if __name__ == "__main__":
