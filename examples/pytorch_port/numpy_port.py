@@ -11,7 +11,6 @@ exactly). `--bug window-off-by-one` lets every base query see w+1 keys (the `(w,
 `(w-1, 0)` mistake) to show what `orthros check` reports.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -53,8 +52,7 @@ def main():
     ap.add_argument("--out", required=True, help="directory for the results (NAME.safetensors)")
     ap.add_argument("--bug", choices=["window-off-by-one"], help="inject a known porting mistake")
     args = ap.parse_args()
-    with open(os.path.join(args.golden, "manifest.json")) as f:
-        manifest = json.load(f)
+    manifest = st_io.read_manifest(args.golden)
     os.makedirs(args.out, exist_ok=True)
     suite_dtype = manifest["dtype"]
     cdt = np.float64 if suite_dtype == "f64" else np.float32

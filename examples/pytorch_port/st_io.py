@@ -4,7 +4,9 @@ bf16 has no NumPy dtype: BF16 tensors are read as float32 (exactly: a bf16 is th
 float32) and written from float32 by round-to-nearest-even on the bit pattern.
 """
 import json
+import os
 import struct
+import sys
 
 import numpy as np
 
@@ -59,3 +61,23 @@ def write(path, tensors, metadata=None, dtype="F32"):
     h += b" " * (-(8 + len(h)) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_manifest(golden):
+    """GOLDEN/manifest.json of an `orthros golden` suite as a dict.
+
+    A missing or unreadable suite is a usage error: one line on stderr and exit status 2.
+    """
+    path = os.path.join(golden, "manifest.json")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+        if not isinstance(manifest, dict) or manifest.get("format") != "orthros-golden" \
+                or not isinstance(manifest.get("cases"), list):
+            raise ValueError("not an orthros golden manifest")
+    except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+        msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"{os.path.basename(sys.argv[0])}: error: --golden {golden}: cannot read {path}: {msg} "
+              "(write a suite with `orthros golden --out DIR`)", file=sys.stderr)
+        sys.exit(2)
+    return manifest

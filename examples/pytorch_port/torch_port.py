@@ -18,7 +18,6 @@ Compute dtype = the suite's dtype (bf16, f16, f32; f64 on the sdpa backend). Res
 in F32 (F64 for an f64 suite); lse in float32.
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -106,8 +105,7 @@ def main():
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # TF32 would fail the f32 criterion (1e-5)
     torch.backends.cudnn.allow_tf32 = False
-    with open(os.path.join(args.golden, "manifest.json")) as f:
-        manifest = json.load(f)
+    manifest = st_io.read_manifest(args.golden)
     os.makedirs(args.out, exist_ok=True)
     dt = DTYPES[manifest["dtype"]]
     out_dtype = "F64" if manifest["dtype"] == "f64" else "F32"
@@ -134,6 +132,8 @@ def main():
           f"{done} results, {len(failed)} errors -> {args.out}")
     for f_ in failed:
         print("  error:", f_)
+    if failed:
+        sys.exit(1)  # some cases have no result: the run failed (run_on_gpu.sh relies on this)
 
 
 if __name__ == "__main__":
