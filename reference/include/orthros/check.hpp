@@ -13,7 +13,7 @@
 ///
 /// `ref` is always the float64 oracle's result on the case's inputs widened exactly to float64.
 /// This header has no file IO: the `orthros check` command, the Python bindings and the GPU
-/// tests all call compare() on flat, row-major float64 buffers (or on Mat<S>).
+/// tests all call compare() on flat, row-major float64 buffers (or on `Mat<S>`).
 #pragma once
 
 #include "orthros/tensor.hpp"
@@ -197,7 +197,7 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
   return r;
 }
 
-/// Flattens a row-major Mat<S> (a `[rows, H*D]` tensor) to float64, exactly.
+/// Flattens a row-major `Mat<S>` (a `[rows, H*D]` tensor) to float64, exactly.
 template <typename S>
 std::vector<double> to_f64(const Mat<S>& m) {
   std::vector<double> out(static_cast<std::size_t>(m.size()));
