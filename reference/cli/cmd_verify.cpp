@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -34,6 +35,8 @@ struct VerifyArgs {
 
 /// Byte-level tokens of a text file: every byte is one token id in [0, 256).
 std::vector<int> read_tokens(const std::string& path) {
+  std::error_code ec;
+  require(!std::filesystem::is_directory(path, ec), "--text: '", path, "' is a directory, not a text file");
   std::ifstream f(path, std::ios::binary);
   require(f.good(), "--text: cannot open '", path, "'");
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -36,10 +36,24 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, entry.description);
     actions[name] = entry.setup(*sub);
   }
+  // Usage mistakes get the same one-line form and exit status as bad input files.
+  if (argc > 1 && argv[1][0] != '-' && !registry().count(argv[1])) {
+    std::string known;
+    for (auto& [name, entry] : registry()) known += (known.empty() ? "" : ", ") + name;
+    std::fprintf(stderr, "orthros: error: unknown command '%s' (known: %s)\n", argv[1], known.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "orthros: error: %s (see --help)\n", e.what());
+    return 2;
   }
   try {
     for (auto& [name, action] : actions)

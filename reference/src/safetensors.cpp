@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -197,6 +198,8 @@ File parse(const std::vector<std::uint8_t>& bytes) {
 }
 
 File read_file(const std::string& path) {
+  std::error_code ec;
+  require(!std::filesystem::is_directory(path, ec), "\"", path, "\" is a directory, not a .safetensors file");
   std::ifstream in(path, std::ios::binary);
   require(static_cast<bool>(in), "cannot open \"", path, "\": ", std::strerror(errno));
   std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

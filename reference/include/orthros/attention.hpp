@@ -73,12 +73,12 @@ inline double softmax_scale(const AttentionOptions& opt, int head_dim) {
 namespace detail {
 
 template <typename S>
-void require_finite(const Mat<S>& m, const char* name, int heads, int head_dim) {
+void require_finite(const Mat<S>& m, const char* name, int head_dim) {
   for (Eigen::Index r = 0; r < m.rows(); ++r)
     for (Eigen::Index c = 0; c < m.cols(); ++c)
       if (!std::isfinite(static_cast<double>(m(r, c))))
-        throw Error(cat(name, " contains a non-finite value (", static_cast<double>(m(r, c)), ") at [", r, ", ",
-                        c / head_dim, ", ", c % head_dim, "]; heads=", heads));
+        throw Error(cat(name, " contains a non-finite value (", static_cast<double>(m(r, c)), ") at [row, head, dim] = [", r, ", ",
+                        c / head_dim, ", ", c % head_dim, "]"));
 }
 
 }  // namespace detail
@@ -160,10 +160,10 @@ AttentionResult<S> orthros_attention(const Mat<S>& q, const Mat<S>& k, const Mat
           "]; got [", v.rows(), ", ", v.cols(), "]");
   require(P >= 0, "k/v must hold P+T >= T rows (T = q rows = ", T, "); got ", k.rows(), " rows");
   require(T_out <= T, "T_out must be <= T (got T_out = ", T_out, ", T = ", T, ")");
-  detail::require_finite(q, "q", Hq, D);
-  detail::require_finite(q_out, "q_out", Hq, D);
-  detail::require_finite(k, "k", Hkv, D);
-  detail::require_finite(v, "v", Hkv, D);
+  detail::require_finite(q, "q", D);
+  detail::require_finite(q_out, "q_out", D);
+  detail::require_finite(k, "k", D);
+  detail::require_finite(v, "v", D);
   const Acc scale = static_cast<Acc>(softmax_scale(opt, D));
   const int group = Hq / Hkv;
 
