@@ -12,6 +12,10 @@ BIN=${ORTHROS_GPU_BIN:-build-cuda-carry}
 OUTDIR=${OUT:-gpu-out}
 mkdir -p "$OUTDIR"
 export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libcublas.so.13 (linked shared by the layer, cuda/src/layer.cu): the device image's CUDA toolkit.
+CUBLAS_SO=$(ldconfig -p | grep -o '/[^ ]*libcublas\.so\.13$' | head -1)
+[ -z "$CUBLAS_SO" ] && CUBLAS_SO=$(find /usr/local/cuda*/ /usr/local/lib /opt -name libcublas.so.13 2>/dev/null | head -1)
+[ -n "$CUBLAS_SO" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$CUBLAS_SO")"
 export PYTHONUNBUFFERED=1
 RUNS=${ORTHROS_BENCH_RUNS:-25}
 QUICK=${ORTHROS_BENCH_QUICK:+--quick}
@@ -23,6 +27,9 @@ echo "== gpu tests"
 RC_PARAMS=${RC_PARAMS:-max_success=100} timeout 420 "$BIN/test_attention_gpu" 2>&1 | tee "$OUTDIR/tests.log" \
   | grep -E "^\[  |^\[       OK|FAILED|Failure|max err|skipped" 
 test_rc=${PIPESTATUS[0]}
+echo "== gpu layer tests"
+timeout 120 "$BIN/test_layer_gpu" 2>&1 | tee "$OUTDIR/tests_layer.log" | grep -E "^\[  |^\[       OK|FAILED|Failure|worst|skipped"
+layer_rc=${PIPESTATUS[0]}; [ "$layer_rc" -ne 0 ] && test_rc=$layer_rc
 
 if [ -x "$BIN/orthros" ] && [ -z "${ORTHROS_SKIP_CLI:-}" ]; then
   echo "== orthros verify --device cuda"
