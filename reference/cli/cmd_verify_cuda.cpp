@@ -116,8 +116,9 @@ int orthros_verify_cuda(const std::string& config, int seq_len, unsigned seed) {
   const orthros::AttentionConfig ac = orthros::attention_config(config);
   require(seq_len >= 8, "seq_len must be >= 8 (got ", seq_len, ")");
   int ndev = 0;
-  ck(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
-  require(ndev > 0, "--device cuda: no CUDA device");
+  const cudaError_t probe = cudaGetDeviceCount(&ndev);
+  require(probe == cudaSuccess && ndev > 0, "--device cuda: no usable CUDA GPU on this machine (",
+          probe == cudaSuccess ? "no device found" : cudaGetErrorString(probe), ")");
   const int T = seq_len, Hq = ac.num_q_heads, Hkv = ac.num_kv_heads, D = ac.head_dim, HD = Hq * D;
   cudaDeviceProp prop;
   ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");

@@ -96,10 +96,16 @@ void require_finite(const Mat<S>& m, const char* name, int head_dim) {
 /// at S = bf16/f16 it is the "naive implementation at the kernel's own precision" that
 /// SPEC §6 measures a kernel against.
 ///
-/// \param q      pointer to D query values
-/// \param k,v    KV cache `[P+T, H_kv*D]`, row-major
-/// \param kv_col first column of the KV head (kv_head * D)
-/// \param out    D outputs; \param lse receives the log-sum-exp (natural log)
+/// \param q        pointer to D query values
+/// \param k        keys `[P+T, H_kv*D]`, row-major
+/// \param v        values `[P+T, H_kv*D]`, row-major
+/// \param kv_col   first column of the KV head (kv_head * D)
+/// \param head_dim D
+/// \param lo       first cache row the query sees (0-based)
+/// \param hi       last cache row the query sees (inclusive)
+/// \param scale    softmax scale s
+/// \param out      receives D outputs
+/// \param lse      receives the log-sum-exp of the scaled scores (natural log)
 template <typename S>
 void attend_row(const S* q, const Mat<S>& k, const Mat<S>& v, Eigen::Index kv_col, int head_dim, Eigen::Index lo,
                 Eigen::Index hi, AccumT<S> scale, S* out, AccumT<S>* lse) {

@@ -25,6 +25,7 @@ struct AttentionConfig {
   double rope_theta = 1e4;   ///< RoPE base
   bool qk_norm = true;       ///< per-head RMSNorm of q and k (Qwen3); identity when false
   double rms_eps = 1e-6;     ///< epsilon of the QK RMSNorm
+  /// The operator's head layout.
   AttentionDims dims() const { return {num_q_heads, num_kv_heads, head_dim}; }
 };
 
@@ -35,23 +36,31 @@ struct AttentionWeights {
   Mat<S> w_k;        ///< [d_model, d_kv]
   Mat<S> w_v;        ///< [d_model, d_kv]
   Mat<S> w_o;        ///< [d, d_model]     shared output projection
-  Vec<S> alpha, beta;          ///< [d] scale-offset of the base query (SPEC §2)
-  Vec<S> alpha_out, beta_out;  ///< [d] scale-offset of the output-specific query
-  Vec<S> q_norm, k_norm;       ///< [D] RMSNorm weights (used when qk_norm)
+  Vec<S> alpha;      ///< [d] scale of the base query (SPEC §2 scale-offset)
+  Vec<S> beta;       ///< [d] offset of the base query
+  Vec<S> alpha_out;  ///< [d] scale of the output-specific query (alpha')
+  Vec<S> beta_out;   ///< [d] offset of the output-specific query (beta')
+  Vec<S> q_norm;     ///< [D] RMSNorm weight of the queries (used when qk_norm)
+  Vec<S> k_norm;     ///< [D] RMSNorm weight of the keys (used when qk_norm)
 };
 
 /// Per-layer KV cache: rows are absolute positions 1..P (post-RoPE keys, values), [P, H_kv*D].
 /// Only base tokens append to it; output-specific tokens never write it; nothing is evicted.
 template <typename S>
 struct KVCache {
-  Mat<S> k, v;
+  Mat<S> k;  ///< [P, H_kv*D] post-RoPE keys of positions 1..P
+  Mat<S> v;  ///< [P, H_kv*D] values of positions 1..P
+  /// Cached positions P.
   Eigen::Index length() const { return k.rows(); }
 };
 
 /// One sequence's slice of a (possibly ragged) batch: its base rows `[base_begin, base_begin+T)`
 /// and output rows `[out_begin, out_begin+T_out)` in the stacked activations.
 struct Segment {
-  Eigen::Index base_begin = 0, T = 0, out_begin = 0, T_out = 0;
+  Eigen::Index base_begin = 0;  ///< first row of this sequence in the stacked base rows
+  Eigen::Index T = 0;           ///< base tokens of this sequence
+  Eigen::Index out_begin = 0;   ///< first row of this sequence in the stacked output rows
+  Eigen::Index T_out = 0;       ///< output-specific tokens (the last T_out base positions)
 };
 
 /// Row-wise projection y = x W with a fixed summation order (i ascending) for every row.
@@ -76,7 +85,11 @@ Mat<S> project(const Mat<S>& x, const Mat<S>& w) {
 }
 
 /// RMSNorm of each contiguous group of `group` values in each row: `x / sqrt(mean(x^2) + eps) * weight`.
-/// \param x [N, k*group], modified in place; \param weight [group].
+/// \param x      [N, k*group], normalized in place
+/// \param weight [group] gain
+/// \param group  width of each normalized group (D for per-head QK-norm, d_model for a row)
+/// \param eps    added to the mean square
+/// \throws orthros::Error if weight has not `group` entries or group does not divide the row.
 template <typename S>
 void rms_norm_groups(Mat<S>& x, const Vec<S>& weight, int group, double eps) {
   using Acc = AccumT<S>;
@@ -136,6 +149,7 @@ void check_weights(const AttentionWeights<S>& w, const AttentionConfig& cfg, Eig
 
 /// Orthros attention layer over a ragged batch (paper Algorithm 1, batched).
 ///
+/// \param w      layer weights; \param cfg attention shapes, window, RoPE, QK-norm
 /// \param x      [sum T_b, d_model]      normed hidden states of the base tokens, sequences stacked
 /// \param x_out  [sum T_out_b, d_model]  normed hidden states of the output-specific tokens
 /// \param segs   one Segment per sequence (its rows in x and x_out)
@@ -196,8 +210,12 @@ void orthros_attention_layer_batch(const AttentionWeights<S>& w, const Attention
 }
 
 /// Orthros attention layer for one sequence (paper Algorithm 1).
-/// \param x [T, d_model] base tokens at positions P+1..P+T (P = cache.length());
-/// \param x_out [T_out, d_model] output-specific tokens of the last T_out positions.
+/// \param w     layer weights
+/// \param cfg   attention shapes, window, RoPE, QK-norm
+/// \param x     [T, d_model] base tokens at positions P+1..P+T (P = cache.length())
+/// \param x_out [T_out, d_model] output-specific tokens of the last T_out positions
+/// \param cache this layer's KV cache, extended by T rows
+/// \throws orthros::Error as orthros_attention_layer_batch.
 /// Returns y [T, d_model] in `.first`, y' [T_out, d_model] in `.second`; appends T rows to `cache`.
 template <typename S>
 std::pair<Mat<S>, Mat<S>> orthros_attention_layer(const AttentionWeights<S>& w, const AttentionConfig& cfg,

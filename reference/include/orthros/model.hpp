@@ -14,7 +14,7 @@ namespace orthros {
 
 /// Model hyper-parameters. Tokens are bytes unless `vocab_size` says otherwise.
 struct ModelConfig {
-  std::string name = "tiny";
+  std::string name = "tiny";  ///< configuration name (SPEC §7)
   int vocab_size = 256;   ///< V
   int d_model = 32;       ///< residual width
   int d_ff = 64;          ///< SwiGLU hidden width
@@ -29,7 +29,8 @@ struct LayerWeights {
   Vec<S> attn_norm;            ///< [d_model] pre-attention RMSNorm
   AttentionWeights<S> attn;    ///< Orthros attention
   Vec<S> ffn_norm;             ///< [d_model] pre-FFN RMSNorm
-  Mat<S> w_gate, w_up;         ///< [d_model, d_ff]
+  Mat<S> w_gate;               ///< [d_model, d_ff] SwiGLU gate
+  Mat<S> w_up;                 ///< [d_model, d_ff] SwiGLU up projection
   Mat<S> w_down;               ///< [d_ff, d_model]
 };
 
@@ -45,7 +46,7 @@ struct ModelWeights {
 /// Per-sequence KV cache of every layer (never evicted).
 template <typename S>
 struct ModelCache {
-  std::vector<KVCache<S>> layers;
+  std::vector<KVCache<S>> layers;  ///< one KV cache per layer
   /// Number of positions already cached (P).
   Eigen::Index length() const { return layers.empty() ? 0 : layers.front().length(); }
 };

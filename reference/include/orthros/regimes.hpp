@@ -84,7 +84,11 @@ Mat<S> decode_step(const ModelWeights<S>& w, const ModelConfig& c, int token, Mo
 
 /// Batched decode over sequences of different lengths (ragged): one pair per sequence per step,
 /// token-wise modules on the stacked rows, attention per sequence against its own cache.
-/// \param tokens one token per sequence; \param caches their caches (lengths may differ).
+/// \param w      model weights
+/// \param c      model configuration
+/// \param tokens one token per sequence
+/// \param caches their caches (lengths may differ); each grows by one position
+/// \throws orthros::Error if the counts differ or a token is out of range.
 /// \returns [B, V], row b the logits of sequence b at its new position.
 template <typename S>
 Mat<S> decode_batch(const ModelWeights<S>& w, const ModelConfig& c, const std::vector<int>& tokens,

@@ -51,16 +51,19 @@ inline void require(bool cond, const Args&... args) {
 /// float32, as tensor-core kernels and PyTorch's own bf16/fp16 matmuls do.
 template <typename S>
 struct Accum {
-  using type = S;
+  using type = S;  ///< accumulator of S
 };
+/// bfloat16 accumulates in float32.
 template <>
 struct Accum<Eigen::bfloat16> {
-  using type = float;
+  using type = float;  ///< float32
 };
+/// float16 accumulates in float32.
 template <>
 struct Accum<Eigen::half> {
-  using type = float;
+  using type = float;  ///< float32
 };
+/// Shorthand for `Accum<S>::type`.
 template <typename S>
 using AccumT = typename Accum<S>::type;
 

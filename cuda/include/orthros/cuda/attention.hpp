@@ -55,7 +55,7 @@ int dtype_size(DType t);
 /// accumulate); every other supported case (f32, other D) runs on a SIMT kernel with fp32
 /// arithmetic.
 struct AttentionConfig {
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;    ///< element type of q, k, v, q_out, o, o_out
   int num_q_heads = 0;          ///< H_q
   int num_kv_heads = 0;         ///< H_kv (query head h reads KV head h / (H_q/H_kv): GQA)
   int head_dim = 0;             ///< D
@@ -83,7 +83,7 @@ struct BatchLayout {
   std::vector<std::int64_t> cache_lens; ///< P_b + T_b: valid cache rows, this call's tokens included
   /// One sequence: T base tokens after P cached ones, the last T_out with output queries.
   static BatchLayout single(int T, std::int64_t P, int T_out) { return BatchLayout{{T}, {T_out}, {P + T}}; }
-  int batch() const { return static_cast<int>(q_lens.size()); }
+  int batch() const { return static_cast<int>(q_lens.size()); }  ///< number of sequences B
   std::int64_t total_q() const;    ///< sum_b T_b
   std::int64_t total_out() const;  ///< sum_b T_out_b
 };
@@ -102,7 +102,7 @@ struct AttentionBuffers {
   /// Optional scratch for split-KV partial states (attention_workspace_bytes()); when null the
   /// library uses an internal buffer per device (grown on demand, guarded by a mutex).
   void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
+  std::size_t workspace_bytes = 0;  ///< size of `workspace` in bytes
 };
 
 /// Bytes of split-KV scratch attention_forward() needs for this call (0 if it does not split).
