@@ -47,7 +47,14 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   timeout 400 python3 bench/gpu/peers.py --runs "$RUNS" $QUICK --json "$OUTDIR/bench_peers.json" 2>&1 \
     | grep -v Warning | tee "$OUTDIR/bench_peers.log"
   echo "== summary"
-  python3 bench/gpu/summarize.py "$OUTDIR/bench_ours.json" "$OUTDIR/bench_peers.json" | tee "$OUTDIR/summary.md"
+  python3 bench/gpu/summarize.py "$OUTDIR/bench_ours.json" "$OUTDIR/bench_peers.json" > "$OUTDIR/summary.md"
 fi
+if [ -x "$BIN/orthros_bench_gpu" ] && [ -z "${ORTHROS_SKIP_COMPLEXITY:-}" ]; then
+  echo "== complexity sweep (issue 5)"
+  bash bench/scripts/gpu_complexity.sh "$BIN/orthros_bench_gpu" "$OUTDIR" > "$OUTDIR/gpu_complexity.log" 2>&1 \
+    || echo "complexity sweep exit status $?"
+  grep -E "BigO|RMS" "$OUTDIR/gpu_complexity.log" | head -40
+fi
+[ -f "$OUTDIR/summary.md" ] && cat "$OUTDIR/summary.md"
 echo "gpu tests exit status: $test_rc"
 exit $test_rc

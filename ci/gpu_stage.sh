@@ -4,10 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-cuda -j2 --target test_attention_gpu test_layer_gpu bench_attention_gpu ${ORTHROS_STAGE_CLI:+orthros}
+cmake --build build-cuda -j2 --target test_attention_gpu test_layer_gpu bench_attention_gpu orthros_bench_gpu orthros
 mkdir -p build-cuda-carry
 cp build-cuda/verify/gpu/test_attention_gpu build-cuda/verify/gpu/test_layer_gpu build-cuda/bench/gpu/bench_attention_gpu build-cuda-carry/
-[ -n "${ORTHROS_STAGE_CLI:-}" ] && cp build-cuda/reference/orthros build-cuda-carry/ || true
+cp build-cuda/reference/orthros build-cuda-carry/
+# The issue-5 complexity sweep and the libbenchmark it loads from its own folder ($ORIGIN).
+cp build-cuda/bench/gpu_complexity/orthros_bench_gpu build-cuda/bench/gpu_complexity/libbenchmark.so* build-cuda-carry/
 cp "$(g++ -print-file-name=libgomp.so.1)" build-cuda-carry/
 { git rev-parse HEAD; git status --porcelain -- cuda bench/gpu verify/gpu reference/cli | head -20; } > build-cuda-carry/COMMIT
 du -sh build-cuda-carry
