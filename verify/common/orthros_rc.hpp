@@ -15,6 +15,11 @@
 
 namespace orthros::testing {
 
+/// Fails the current rapidcheck property with the message of a comparison helper, if any.
+inline void fail_if(const std::optional<std::string>& e) {
+  if (e) RC_FAIL(*e);
+}
+
 /// One operator case: dims, lengths, window, optional scale and the seed of its tensors.
 struct OpCase {
   AttentionDims dims;

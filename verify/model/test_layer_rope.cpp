@@ -15,10 +15,6 @@ using namespace orthros::testing;
 
 namespace {
 
-void fail_if(const std::optional<std::string>& e) {
-  if (e) RC_FAIL(*e);
-}
-
 // alpha = alpha', beta = beta' and w >= every position: the output stream is the base stream.
 // A prefix of P tokens is cached first, then T tokens with output copies of the last T_out
 // (x' = x for those rows): y' must equal the last T_out rows of y bit for bit. Non-vacuity: with

@@ -18,10 +18,6 @@ using namespace orthros::testing;
 
 namespace {
 
-void fail_if(const std::optional<std::string>& e) {
-  if (e) RC_FAIL(*e);
-}
-
 // The PT run of one sequence: logits [N, V], per-layer y' [N, d_model], final caches.
 template <typename S>
 struct PtRef {

@@ -9,10 +9,6 @@ using namespace orthros::testing;
 
 namespace {
 
-void fail_if(const std::optional<std::string>& e) {
-  if (e) RC_FAIL(*e);
-}
-
 // w >= every position in the call (w >= P+T): the base stream is plain causal attention, i.e.
 // the output stream run with q_out = q (T_out = T). Bitwise, o and lse.
 template <typename S>
