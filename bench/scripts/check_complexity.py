@@ -98,21 +98,31 @@ def ls_slopes(logx, logy):
     return coef[1:], 1.0 - ss_res / ss_tot
 
 
-def load(json_path):
-    with open(json_path) as f:
-        data = json.load(f)
+def load(json_paths):
+    """Reads one or more Google Benchmark JSON files (runs merged, first file's context kept). A family
+    registered separately for its long tail (e.g. gpu/full_causal_out_long) joins its base family."""
+    data, benchmarks = None, []
+    for pth in (json_paths if isinstance(json_paths, (list, tuple)) else [json_paths]):
+        with open(pth) as f:
+            d = json.load(f)
+        data = data or d
+        benchmarks += d["benchmarks"]
     points = defaultdict(lambda: defaultdict(list))  # family -> run_name -> [rows]
     bigo = {}
-    for b in data["benchmarks"]:
+    for b in benchmarks:
         name = b["name"]
         if b.get("run_type") == "aggregate":
             agg = b.get("aggregate_name")
             if agg in ("BigO", "RMS"):
-                fam = name.split("/real_time")[0] if "/real_time" in name else name.rsplit("_", 1)[0]
+                fam = re.split(r"/(?:real|manual)_time", name)[0] if re.search(r"/(?:real|manual)_time", name) \
+                    else name.rsplit("_", 1)[0]
+                fam = re.sub(r"/iterations:\d+/repeats:\d+$", "", fam)
                 fam = re.sub(r"_(BigO|RMS)$", "", fam)
                 bigo.setdefault(fam, {})[agg] = b
             continue
         points[family_of(name)][b.get("run_name", name)].append(b)
+    for fam in [f for f in points if f.endswith("_long") and f[: -len("_long")] in points]:
+        points[fam[: -len("_long")]].update(points.pop(fam))
     return data, points, bigo
 
 
@@ -196,7 +206,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--binary", help="orthros_bench_cpu to run")
-    src.add_argument("--json", help="read this Google Benchmark JSON instead of running")
+    src.add_argument("--json", nargs="+", help="read this Google Benchmark JSON (several: merged) instead of running")
     ap.add_argument("--out", default="check_complexity.json", help="where the binary writes its JSON (with --binary)")
     ap.add_argument("--scale", type=float, default=1.0, help="ORTHROS_BENCH_SCALE for the sweep (smaller = shorter)")
     ap.add_argument("--min-time", type=float, default=0.05, help="--benchmark_min_time per point, seconds")
@@ -210,6 +220,12 @@ def main():
     ap.add_argument("--stat", choices=["min", "median"], default="min",
                     help="statistic over the repetitions of a point (default min: interference from other "
                          "processes only ever adds time)")
+    ap.add_argument("--range", action="append", default=[], metavar="FAMILY=LO:HI",
+                    help="fit FAMILY only over LO <= N <= HI (either bound may be empty); repeatable. For GPU "
+                         "families: the range where the GPU is saturated (small N can be launch/latency-bound)")
+    ap.add_argument("--judge-gpu", action="store_true",
+                    help="judge gpu/* families like operator families (rounds to the class, within --tol-model "
+                         "of the pair-count model) instead of reporting them only")
     ap.add_argument("--md", help="also write the fit table as markdown here")
     ap.add_argument("--fits-json", help="also write the fits as JSON here")
     a = ap.parse_args()
@@ -218,6 +234,15 @@ def main():
     TIME_FIELD = a.time + "_time"
     STAT = np.min if a.stat == "min" else np.median
     path = a.json
+    if a.judge_gpu:
+        for fam, (exp, kind) in list(EXPECT.items()):
+            if fam.startswith("gpu/"):
+                EXPECT[fam] = (exp, "op")
+    ranges = {}
+    for r in a.range:
+        fam, _, lohi = r.partition("=")
+        lo, _, hi = lohi.partition(":")
+        ranges[fam] = (int(lo) if lo else 0, int(hi) if hi else 1 << 62)
     if a.binary:
         run_binary(a.binary, a.out, a.scale, a.min_time, a.repetitions, a.filter)
         path = a.out
@@ -229,9 +254,14 @@ def main():
     ok = True
     results = []
     for fam in sorted(points, key=lambda f: (list(EXPECT).index(f) if f in EXPECT else 99, f)):
-        if len(points[fam]) < 2:  # a single point (e.g. gpu/copy_d2d) has no exponent
+        runs = points[fam]
+        if fam in ranges:
+            lo, hi = ranges[fam]
+            runs = {k: v for k, v in runs.items()
+                    if lo <= (int(v[0].get("complexity_n", 0)) or math.prod(args_of(k).values())) <= hi}
+        if len(runs) < 2:  # a single point (e.g. gpu/copy_d2d) has no exponent
             continue
-        res = fit_family(fam, points[fam])
+        res = fit_family(fam, runs)
         ok &= judge(res, a.tol_model, a.tol_layer)
         res["gbench_bigo"] = fmt_bigo(bigo.get(fam))
         results.append(res)
@@ -244,7 +274,7 @@ def main():
     except OSError:
         commit = "?"
     load_avg = ", ".join(f"{x:.1f}" for x in ctx.get("load_avg", []))
-    how = "swept" if a.binary else "fits recomputed from the JSON"
+    how = "swept" if a.binary else "fits recomputed from " + ", ".join(os.path.basename(p) for p in path)
     lines.append(f"Run {ctx.get('date', '?')}; {how} at commit {commit}.  ")
     lines.append(f"Machine: `{ctx.get('host_name', '?')}`, {ctx.get('num_cpus', '?')} vCPUs @ "
                  f"{ctx.get('mhz_per_cpu', '?')} MHz, caches "

@@ -196,13 +196,20 @@ def plot_cpu(path, prefix):
 def plot_gpu(path, prefix, peak_tflops):
     data, f = load(path, "real_time", np.median)  # manual time is reported as real_time
     made = []
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    loglog_panel(ax, f, [("gpu/prefill", "Orthros prefill", "o-"),
-                         ("gpu/prefill_det", "Orthros prefill, deterministic", "x-"),
-                         ("gpu/swa_stream", "SWA stream alone", "^-"),
-                         ("gpu/full_prefill", "full causal, w ≥ T mode", "s--"),
-                         ("gpu/full_causal_out", "full causal, output stream T_out=T", "d--"),
-                         ("gpu/pt", "Orthros PT", "v-")], "T", "GPU latency vs T\n" + machine_line(data, True))
+    fig, axs = plt.subplots(1, 2, figsize=(14, 5.2))
+    loglog_panel(axs[0], f, [("gpu/prefill", "Orthros prefill", "o-"),
+                             ("gpu/prefill_det", "Orthros prefill, deterministic", "x-"),
+                             ("gpu/swa_stream", "SWA stream alone", "^-"),
+                             ("gpu/full_prefill", "full causal, w ≥ T mode", "s--"),
+                             ("gpu/full_causal_out", "full causal, output stream T_out=T", "d--"),
+                             ("gpu/pt", "Orthros PT", "v-")], "T", "Prefill / PT vs full causal (slope: all points)")
+    loglog_panel(axs[1], f, [("gpu/decode_pair_b1", "decode pair, B=1", "o-"),
+                             ("gpu/decode_pair_det_b1", "decode pair, B=1, deterministic", "x-"),
+                             ("gpu/full_decode_b1", "full-attention decode query, B=1", "s--"),
+                             ("gpu/decode_pair_b16", "decode pair, B=16", "^-"),
+                             ("gpu/full_decode_b16", "full-attention decode query, B=16", "d--")], "cache length N",
+                 "Decode step (slope: all points; B=1 is launch/latency-bound below ~128K)")
+    fig.suptitle("GPU latency vs length, median of repetitions\n" + machine_line(data, True), fontsize=9)
     fig.tight_layout()
     out = prefix + "-latency.png"
     fig.savefig(out, dpi=120)
@@ -226,19 +233,24 @@ def plot_gpu(path, prefix, peak_tflops):
             axs[0].semilogx(x, [p.get("bytes_per_second_amount", 0) / p["time"] / bw for p in pts], "o-", base=2,
                             label=label)
         fl = np.array([p.get("FLOP/s_amount", 0) / p["time"] for p in pts])
-        axs[1].loglog(x, fl / (peak_tflops * 1e12), "o-", base=2, label=label + " / datasheet")
+        if fam.startswith("gpu/decode") or fam.startswith("gpu/full_decode"):
+            continue  # memory-bound: its tensor-core fraction is ~1-2 %, shown in the bandwidth panel only
+        line, = axs[1].semilogx(x, 100 * fl / (peak_tflops * 1e12), "o-", base=2, label=label + " / datasheet")
         if tc:
-            axs[1].loglog(x, fl / tc, "x:", base=2, label=label + " / measured GEMM")
+            axs[1].semilogx(x, 100 * fl / tc, "x:", base=2, color=line.get_color(), label=label + " / measured GEMM")
     axs[0].set_title(f"fraction of measured HBM bandwidth ({bw / 1e12:.2f} TB/s d2d copy)" if bw else
                      "no gpu/copy_d2d in this run", fontsize=9)
     axs[0].set_ylabel("compulsory bytes/s ÷ copy bytes/s")
+    axs[0].set_ylim(bottom=0)
     axs[1].set_title(f"fraction of tensor-core rate (datasheet {peak_tflops:.0f} TFLOP/s"
                      + (f", measured GEMM {tc / 1e12:.0f} TFLOP/s)" if tc else ")"), fontsize=9)
-    axs[1].set_ylabel("FLOP/s (4·D per pair per head) ÷ peak")
+    axs[1].set_ylabel("% of peak: FLOP/s (4·D per pair per head) ÷ peak")
+    axs[1].set_ylim(bottom=0)
     for ax in axs:
         ax.set_xlabel("T (decode: cache length N)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
+    axs[0].legend(fontsize=7)
+    axs[1].legend(fontsize=6, ncol=2, loc="lower right")
     fig.suptitle(machine_line(data, True), fontsize=8)
     fig.tight_layout()
     out = prefix + "-efficiency.png"
@@ -248,19 +260,19 @@ def plot_gpu(path, prefix, peak_tflops):
 
     fig, ax = plt.subplots(figsize=(7, 4.6))
     a = {p["N"]: p["time"] for p in f.get("gpu/prefill", [])}
-    for full, label in (("gpu/full_causal_out", "vs full causal (output stream, T_out=T)"),
-                        ("gpu/full_prefill", "vs full causal (w ≥ T mode)")):
+    for i, (full, label) in enumerate((("gpu/full_causal_out", "vs full causal (output stream, T_out=T)"),
+                                       ("gpu/full_prefill", "vs full causal (w ≥ T mode)"))):
         b = {p["N"]: p["time"] for p in f.get(full, [])}
         ns = sorted(set(a) & set(b))
         if ns:
-            ax.loglog(ns, [b[n] / a[n] for n in ns], "o-", base=2, label=label)
-            for n in ns:
+            ax.loglog(ns, [b[n] / a[n] for n in ns], "o-" if i == 0 else "s--", base=2, label=label)
+            for n in ns if i == 0 else []:
                 ax.annotate(f"{b[n] / a[n]:.1f}×", (n, b[n] / a[n]), fontsize=7, textcoords="offset points",
                             xytext=(0, 5))
     ax.set_xlabel("prompt length T")
     ax.set_ylabel("full attention latency / Orthros prefill latency")
-    ax.set_title("Prefill attention speedup on one GPU (paper Figure 4 analogue)\n" + machine_line(data, True),
-                 fontsize=8)
+    ax.set_title("Prefill attention speedup on one GPU (paper Figure 4 analogue)\n"
+                 + machine_line(data, True).replace("; ", "\n"), fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
