@@ -7,6 +7,10 @@
 #include "orthros/case_io.hpp"
 #include "orthros/safetensors.hpp"
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
 #include <cstdio>
 #include <string>
 
@@ -18,6 +22,15 @@ namespace {
 /// in `out_dtype` with provenance metadata. Returns the exit status (0).
 template <typename S>
 int run_attention(const std::string& in, const std::string& out, st::DType out_dtype) {
+  if constexpr (!std::is_same_v<S, double>) {  // a finite input that S cannot hold is a usage error, not "inf"
+    const AttentionCase<double> wide = load_attention_case<double>(in);
+    const double limit = static_cast<double>(std::numeric_limits<S>::max());
+    for (const auto& [name, m] : {std::pair<const char*, const Mat<double>*>{"q", &wide.q}, {"k", &wide.k},
+                                  {"v", &wide.v}, {"q_out", &wide.q_out}})
+      for (Eigen::Index i = 0; i < m->size(); ++i)
+        require(std::abs(m->data()[i]) <= limit, in, ": --precision ", dtype_name<S>(), ": ", name, " holds ",
+                m->data()[i], ", beyond ", dtype_name<S>(), "'s range (", limit, "); use --precision f64");
+  }
   const AttentionCase<S> c = load_attention_case<S>(in);
   AttentionResult<S> r;
   try {

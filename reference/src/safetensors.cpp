@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <limits>
 #include <sstream>
 
@@ -125,8 +126,23 @@ File parse(const std::vector<std::uint8_t>& bytes) {
   // nlohmann's lexer stops at a NUL byte; the format allows only JSON (+ trailing spaces).
   if (const void* nul = std::memchr(hb, 0, n))
     throw Error(cat("header is not valid JSON (NUL byte at header offset ", static_cast<const char*>(nul) - hb, ")"));
-  json h = json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
+  require(!(n >= 3 && static_cast<unsigned char>(hb[0]) == 0xEF && static_cast<unsigned char>(hb[1]) == 0xBB &&
+            static_cast<unsigned char>(hb[2]) == 0xBF),
+          "header starts with a UTF-8 byte-order mark; it must start with the JSON object");
+  // Duplicate keys would silently keep the last value: reject them (one key set per open object).
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  const json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json h = json::parse(hb, hb + n, no_duplicates, /*allow_exceptions=*/false);
   require(!h.is_discarded(), "header is not valid JSON");
+  require(duplicate.empty(), "header repeats the key \"", duplicate, "\"");
   require(h.is_object(), "header must be a JSON object (got ", h.type_name(), ")");
   const std::uint64_t data_size = bytes.size() - 8 - n;
   const std::uint8_t* data = bytes.data() + 8 + n;

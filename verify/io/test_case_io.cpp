@@ -151,7 +151,7 @@ TEST(CaseIoErrors, WindowMetadataIsStrict) {
     SCOPED_TRACE(bad);
     f.metadata["window"] = bad;
     expect_error([&] { load_attention_case<double>(f); },
-                 std::string("metadata \"window\" must be an integer >= 1 (got \"") + bad + "\")");
+                 std::string("metadata \"window\" must be a decimal integer in [1, 2^63-1] (got \"") + bad + "\")");
   }
   for (const char* bad : {"0", "-3"}) {
     f.metadata["window"] = bad;
@@ -165,7 +165,8 @@ TEST(CaseIoErrors, WindowMetadataIsStrict) {
 
 TEST(CaseIoErrors, ScaleMetadataMustBeAFiniteNumber) {
   st::File f = case_file(make_inputs(18, 4, 0, 1, 2, 1, 4, 3));
-  for (const char* bad : {"abc", "", "inf", "nan", "1e999", "0.5x", " 0.5", "0x1p-3"}) {
+  // "+0.5" is refused like "+8" for the window; "1e-400" would underflow to a zero scale.
+  for (const char* bad : {"abc", "", "inf", "nan", "1e999", "0.5x", " 0.5", "0x1p-3", "+0.5", "1e-400"}) {
     SCOPED_TRACE(bad);
     f.metadata["scale"] = bad;
     expect_error([&] { load_attention_case<double>(f); },
@@ -173,6 +174,10 @@ TEST(CaseIoErrors, ScaleMetadataMustBeAFiniteNumber) {
   }
   f.metadata["scale"] = "0.125";
   EXPECT_EQ(*load_attention_case<double>(f).options.scale, 0.125);
+  f.metadata["scale"] = "-0.25";  // any finite scale is valid, 0 (uniform weights) included
+  EXPECT_EQ(*load_attention_case<double>(f).options.scale, -0.25);
+  f.metadata["scale"] = "0";
+  EXPECT_EQ(*load_attention_case<double>(f).options.scale, 0.0);
   f.metadata.erase("scale");
   EXPECT_FALSE(load_attention_case<double>(f).options.scale.has_value());
 }

@@ -172,7 +172,7 @@ TEST_F(Cli, BadCasesAreRejected) {
   expect_rejected(st::serialize(f), "missing tensor \"q_out\"");
   f = good;
   f.metadata["window"] = "abc";
-  expect_rejected(st::serialize(f), "metadata \"window\" must be an integer >= 1 (got \"abc\")");
+  expect_rejected(st::serialize(f), "metadata \"window\" must be a decimal integer in [1, 2^63-1] (got \"abc\")");
   f.metadata["window"] = "0";
   expect_rejected(st::serialize(f), "metadata \"window\" must be >= 1 (got \"0\")");
   f.metadata.erase("window");

@@ -288,6 +288,26 @@ TEST(SafetensorsErrors, InvalidJson) {
   expect_error([] { st::parse(raw_file(std::string("{}\0\0", 4), {})); }, "header is not valid JSON");
 }
 
+TEST(SafetensorsErrors, DuplicateKeysAndByteOrderMarkRejected) {
+  const std::vector<std::uint8_t> four(4, 0x3f);
+  // Two "q" entries: a JSON parser keeps the last one silently; the reader must refuse.
+  expect_error([&] {
+    st::parse(raw_file(R"({"q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                       R"( "q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                       four));
+  }, "header repeats the key \"q\"");
+  expect_error([&] {
+    st::parse(raw_file(R"({"q": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})", four));
+  }, "header repeats the key \"dtype\"");
+  expect_error([&] { st::parse(raw_file(R"({"__metadata__": {"window": "3", "window": "4"}})", {})); },
+               "header repeats the key \"window\"");
+  // The same key in different objects is fine.
+  EXPECT_NO_THROW(st::parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                                     R"( "b": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]}})",
+                                     four)));
+  expect_error([] { st::parse(raw_file("\xEF\xBB\xBF{}", {})); }, "byte-order mark");
+}
+
 TEST(SafetensorsErrors, HeaderNotAnObject) {
   expect_error([] { st::parse(raw_file("[1, 2]", {})); }, "header must be a JSON object (got array)");
   expect_error([] { st::parse(raw_file("42", {})); }, "header must be a JSON object (got number)");

@@ -156,6 +156,31 @@ TEST(OperatorErrors, NonFiniteScale) {
   }
 }
 
+// Finite inputs whose scaled scores overflow the working type must not come back as NaN/Inf.
+// |q|, |k| ~ 1e20 with D = 8: |q.k| reaches ~1e40 > FLT_MAX (3.4e38) in float, but is finite in
+// double, where the same case must still succeed (the largest score wins the softmax).
+TEST(OperatorErrors, ScoreOverflowIsAnErrorNotNaN) {
+  Inputs in = valid_inputs();
+  in.q *= 1e20;
+  in.k *= 1e20;
+  in.q_out *= 1e20;
+  const AttentionResult<double> r = orthros_attention<double>(in.q, in.k, in.v, in.q_out, in.dims, in.opt);
+  EXPECT_TRUE(r.o.allFinite() && r.o_out.allFinite());
+  try {
+    (void)orthros_attention<float>(in.q.cast<float>(), in.k.cast<float>(), in.v.cast<float>(),
+                                   in.q_out.cast<float>(), in.dims, in.opt);
+    ADD_FAILURE() << "no exception for scores beyond FLT_MAX";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("overflow f32"), std::string::npos) << msg;
+  }
+  // f16 holds at most 65504: |s| = 300^2 * 8 / sqrt(8) ~ 2.5e5 overflows it.
+  Mat<Eigen::half> big = Mat<double>::Constant(5, 32, 300.0).cast<Eigen::half>();
+  Mat<Eigen::half> kbig = Mat<double>::Constant(7, 16, 300.0).cast<Eigen::half>();
+  Mat<Eigen::half> v = in.v.cast<Eigen::half>(), qo = Mat<double>::Constant(2, 32, 300.0).cast<Eigen::half>();
+  EXPECT_THROW((void)orthros_attention<Eigen::half>(big, kbig, v, qo, in.dims, in.opt), Error);
+}
+
 // Errors are reported the same way at kernel precision (bf16 input).
 TEST(OperatorErrors, LowPrecisionInputAlsoChecked) {
   Inputs in = valid_inputs();

@@ -81,6 +81,24 @@ void require_finite(const Mat<S>& m, const char* name, int head_dim) {
                         c / head_dim, ", ", c % head_dim, "]"));
 }
 
+/// Throws if any output of finite inputs is not finite: the scaled scores overflowed S.
+template <typename S>
+void require_finite_result(const AttentionResult<S>& r, int head_dim) {
+  auto check = [&](const auto& m, const char* name, int cols_per_head) {
+    for (Eigen::Index i = 0; i < m.rows(); ++i)
+      for (Eigen::Index c = 0; c < m.cols(); ++c)
+        if (!std::isfinite(static_cast<double>(m(i, c))))
+          throw Error(cat("scaled scores q.k*scale overflow ", dtype_name<S>(), " (largest finite ",
+                          static_cast<double>(std::numeric_limits<S>::max()), "): ", name, " at [row ", i, ", head ",
+                          c / cols_per_head, "] would be ", static_cast<double>(m(i, c)),
+                          "; scale the inputs down or compute at a wider precision"));
+  };
+  check(r.o, "o", head_dim);
+  check(r.o_out, "o_out", head_dim);
+  check(r.lse, "lse", 1);
+  check(r.lse_out, "lse_out", 1);
+}
+
 }  // namespace detail
 
 /// One query row of one head against the contiguous key range `[lo, hi]` (0-based cache
@@ -146,7 +164,8 @@ void attend_row(const S* q, const Mat<S>& k, const Mat<S>& v, Eigen::Index kv_co
 ///
 /// \throws orthros::Error on: non-positive dims, `H_q % H_kv != 0`, a column count that is not
 ///   H*D, `k`/`v` shape mismatch, `k.rows() < T` (negative P), `T_out > T`, `window < 1`,
-///   a non-finite scale or a non-finite input value. Messages name the parameter and values.
+///   a non-finite scale or a non-finite input value, and when finite inputs make the scaled
+///   scores overflow S (the result would be NaN/Inf). Messages name the parameter and values.
 template <typename S>
 AttentionResult<S> orthros_attention(const Mat<S>& q, const Mat<S>& k, const Mat<S>& v, const Mat<S>& q_out,
                                      const AttentionDims& dims, const AttentionOptions& opt) {
@@ -199,6 +218,8 @@ AttentionResult<S> orthros_attention(const Mat<S>& q, const Mat<S>& k, const Mat
       attend_row<S>(q_out.data() + i * q_out.cols() + Index(h) * D, k, v, Index(h / group) * D, D, 0, t, scale,
                     r.o_out.data() + i * r.o_out.cols() + Index(h) * D, &r.lse_out(i, h));
     }
+  // Finite inputs can still overflow S (or the accumulator) in q.k*s; never return NaN/Inf for them.
+  detail::require_finite_result(r, D);
   return r;
 }
 

@@ -61,13 +61,16 @@ inline bool parse_int64_strict(const std::string& s, std::int64_t& out) {
   return true;
 }
 
-/// Strict decimal floating-point number (strtod syntax minus leading space, hex, inf and nan).
+/// Strict decimal floating-point number (strtod syntax minus leading space or '+', hex, inf and
+/// nan); a value that overflows a double or underflows it to zero is rejected too.
 inline bool parse_double_strict(const std::string& s, double& out) {
-  if (s.empty()) return false;
+  if (s.empty() || s[0] == '+') return false;
   for (char c : s)
     if (!((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')) return false;
   char* end = nullptr;
+  errno = 0;
   out = std::strtod(s.c_str(), &end);
+  if (errno == ERANGE && (out == 0 || std::isinf(out))) return false;
   return end == s.c_str() + s.size();
 }
 
@@ -124,7 +127,7 @@ AttentionCase<S> load_attention_case(const st::File& f) {
   auto w = f.metadata.find("window");
   require(w != f.metadata.end(), "missing metadata \"window\" (an integer >= 1, in __metadata__)");
   std::int64_t window = 0;
-  require(detail::parse_int64_strict(w->second, window), "metadata \"window\" must be an integer >= 1 (got \"",
+  require(detail::parse_int64_strict(w->second, window), "metadata \"window\" must be a decimal integer in [1, 2^63-1] (got \"",
           w->second, "\")");
   require(window >= 1, "metadata \"window\" must be >= 1 (got \"", w->second, "\")");
   c.options.window = window;
