@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -105,7 +106,8 @@ void print_case(const CaseReport& c) {
   for (const auto& r : c.tensors) {
     char rel[32], ab[32], wv[48];
     std::snprintf(rel, sizeof rel, "%.2e (%.0e)", r.rel_fro, r.rel_tol);
-    std::snprintf(ab, sizeof ab, "%.2e (%.2e)", r.max_abs, r.abs_tol);
+    if (r.abs_applicable) std::snprintf(ab, sizeof ab, "%.2e (%.2e)", r.max_abs, r.abs_tol);
+    else std::snprintf(ab, sizeof ab, "%.2e (n/a)", r.max_abs);
     std::snprintf(wv, sizeof wv, "%.6g / %.6g", r.worst_actual, r.worst_ref);
     std::string res = r.pass ? "pass" : "FAIL";
     if (!r.pass) {
@@ -125,11 +127,20 @@ void print_case(const CaseReport& c) {
                 r.worst_index.empty() ? "-" : index_str(r.worst_index).c_str(), r.worst_index.empty() ? "-" : wv,
                 (long long)r.nan_count, (long long)r.inf_count, res.c_str());
   }
+  // Criterion 2 not applicable (no finite naive oracle at the dtype): say so, once per reason.
+  std::vector<std::string> notes;
+  for (const auto& r : c.tensors)
+    if (!r.abs_applicable && std::find(notes.begin(), notes.end(), r.abs_note) == notes.end()) {
+      notes.push_back(r.abs_note);
+      std::printf("    abs criterion: %s; judged by the relative criterion and the NaN/Inf rule only\n",
+                  r.abs_note.c_str());
+    }
   for (const auto& r : c.tensors) {
     if (r.bad_row_count == 0) continue;
     const std::int64_t rows = r.shape.empty() ? 0 : r.shape[0];
     const bool one = r.bad_row_count == 1;
-    std::printf("    %s: %lld of %lld rows over the abs bound or non-finite: %s %s%s = %s t = %s%s\n",
+    std::printf(r.abs_applicable ? "    %s: %lld of %lld rows over the abs bound or non-finite: %s %s%s = %s t = %s%s\n"
+                                 : "    %s: %lld of %lld rows non-finite: %s %s%s = %s t = %s%s\n",
                 r.name.c_str(), (long long)r.bad_row_count, (long long)rows, one ? "row" : "rows",
                 ranges(r.bad_rows, 0).c_str(), r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "",
                 one ? "position" : "positions", ranges(r.bad_rows, position(c, r.name, 0)).c_str(),
@@ -144,7 +155,9 @@ json tensor_json(const check::TensorReport& r, const CaseReport& c) {
   return json{{"name", r.name},         {"shape", r.shape},
               {"shape_ok", r.shape_ok}, {"rel_err", num(r.rel_fro)},
               {"rel_tol", r.rel_tol},   {"max_abs", num(r.max_abs)},
-              {"abs_tol", r.abs_tol},   {"oracle_at_dtype_maxabs", r.oracle_at_dtype_maxabs},
+              {"abs_tol", r.abs_applicable ? json(r.abs_tol) : json(nullptr)},
+              {"oracle_at_dtype_maxabs", r.abs_applicable ? json(r.oracle_at_dtype_maxabs) : json(nullptr)},
+              {"abs_criterion", r.abs_applicable ? json("applied") : json(r.abs_note)},
               {"max_rel", num(r.max_rel)}, {"worst_index", r.worst_index},
               {"worst_actual", num(r.worst_actual)}, {"worst_expected", num(r.worst_ref)},
               {"nan_count", r.nan_count}, {"inf_count", r.inf_count},

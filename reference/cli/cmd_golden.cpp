@@ -269,11 +269,14 @@ int run_golden(const Args& a) {
     st::write_file((root / exp_rel).string(), ef);
 
     json shapes, abs_tol, errs;
+    std::string abs_note;  // "n/a (...)" when the naive oracle at the dtype overflows on this case
     for (const char* t : {"q", "k", "v", "q_out"}) shapes[t] = shape_json(cf.tensors.at(t));
     for (const char* t : portkit::output_names()) {
       shapes[t] = shape_json(ef.tensors.at(t));
-      abs_tol[t] = check::abs_tolerance(e.oracle_err.at(t));
-      errs[t] = e.oracle_err.at(t);
+      const check::AbsBaseline& b = e.oracle_err.at(t);
+      abs_tol[t] = b.maxabs ? json(check::abs_tolerance(*b.maxabs)) : json(nullptr);
+      errs[t] = b.maxabs ? json(*b.maxabs) : json(portkit::kNotApplicable);
+      if (!b.maxabs) abs_note = "n/a (" + b.why_na + ")";
     }
     const Index T = c.q.rows(), T_out = c.q_out.rows(), P = c.k.rows() - T;
     json j = {{"name", c.name},
@@ -293,6 +296,7 @@ int run_golden(const Args& a) {
               {"shapes", shapes},
               {"dtype", a.dtype},
               {"tolerance", {{"rel", rel}, {"abs", abs_tol}, {"oracle_at_dtype_maxabs", errs}}}};
+    if (!abs_note.empty()) j["tolerance"]["abs_criterion"] = abs_note;
     if (!c.group.empty()) j["group"] = {{"name", c.group}, {"index", c.group_index}, {"size", c.group_size}};
     cases.push_back(j);
     ++n;
@@ -313,7 +317,8 @@ int run_golden(const Args& a) {
                    "BF16, F16; then: orthros check --suite DIR --actual-dir ACTUAL_DIR"},
         {"positions", "base row i of a case is absolute position P+i+1; output row i is position P+T-T_out+i+1"}}},
       {"tolerance_rule", {{"rel", "||out-ref||_F / ||ref||_F <= rel (f64 1e-12, f32 1e-5, f16 2e-3, bf16 1e-2)"},
-                          {"abs", "max|out-ref| <= 2 * oracle_at_dtype_maxabs + 1e-6 (per tensor)"},
+                          {"abs", "max|out-ref| <= 2 * oracle_at_dtype_maxabs + 1e-6 (per tensor); n/a (abs null, "
+                                  "abs_criterion says why) where the naive oracle at the dtype overflows"},
                           {"finite", "no NaN/Inf in any output"}}},
       {"groups", groups},
       {"cases", cases}};

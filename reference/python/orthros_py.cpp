@@ -53,7 +53,8 @@ std::string np_dtype(const py::array& a, const char* name) {
 }
 
 /// Copies a `[rows, H, D]` NumPy array (any float dtype, any strides) into Mat<S> `[rows, H*D]`,
-/// rounding to S (round to nearest even; exact when the values are representable in S).
+/// rounding to S once, directly from the exact value (orthros::round_rne: round to nearest even,
+/// no double rounding through float32; exact when the values are representable in S).
 template <typename S>
 Mat<S> to_mat3(const py::array& a, const char* name, std::int64_t heads, std::int64_t dim) {
   require(a.ndim() == 3, name, " must be a 3-d array [rows, heads, head_dim]; got shape ", shape_str(a));
@@ -66,7 +67,7 @@ Mat<S> to_mat3(const py::array& a, const char* name, std::int64_t heads, std::in
     using T = decltype(tag);
     auto c = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
     const T* p = c.data();
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<S>(static_cast<double>(p[i]));
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = orthros::round_rne<S>(static_cast<double>(p[i]));
   };
   if (dt == "f64") fill(double{});
   else if (dt == "f32") fill(float{});
@@ -74,7 +75,7 @@ Mat<S> to_mat3(const py::array& a, const char* name, std::int64_t heads, std::in
     auto c = py::array::ensure(a, py::array::c_style);
     const auto* p = static_cast<const std::uint16_t*>(c.data());
     for (Eigen::Index i = 0; i < m.size(); ++i)
-      m.data()[i] = static_cast<S>(static_cast<double>(Eigen::numext::bit_cast<Eigen::half>(p[i])));
+      m.data()[i] = orthros::round_rne<S>(static_cast<double>(Eigen::numext::bit_cast<Eigen::half>(p[i])));
   }
   return m;
 }
@@ -176,8 +177,11 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   d["nan_count"] = r.nan_count;
   d["inf_count"] = r.inf_count;
   d["rel_tol"] = r.rel_tol;
-  d["abs_tol"] = r.abs_tol;
-  d["oracle_at_dtype_maxabs"] = r.oracle_at_dtype_maxabs;
+  // Criterion 2 not applicable (no finite naive oracle at the dtype): None, and abs_criterion says why.
+  d["abs_tol"] = r.abs_applicable ? py::object(py::float_(r.abs_tol)) : py::object(py::none());
+  d["oracle_at_dtype_maxabs"] =
+      r.abs_applicable ? py::object(py::float_(r.oracle_at_dtype_maxabs)) : py::object(py::none());
+  d["abs_criterion"] = r.abs_applicable ? std::string("applied") : r.abs_note;
   d["pass_rel"] = r.pass_rel;
   d["pass_abs"] = r.pass_abs;
   d["pass_finite"] = r.pass_finite;
@@ -188,10 +192,24 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
 }
 
 py::dict check_tensor(const py::array& actual, const py::array& reference, const std::string& dtype,
-                      double oracle_at_dtype_maxabs, const std::string& name) {
+                      std::optional<double> oracle_at_dtype_maxabs, const std::string& name,
+                      std::optional<std::string> abs_na_reason) {
+  orthros::check::rel_tolerance(dtype);  // validates the name
+  orthros::check::AbsBaseline b;
+  if (oracle_at_dtype_maxabs) {
+    require(!abs_na_reason, "give either oracle_at_dtype_maxabs or abs_na_reason, not both");
+    b = orthros::check::AbsBaseline::of(*oracle_at_dtype_maxabs);
+  } else if (abs_na_reason) {
+    b = orthros::check::AbsBaseline::not_applicable(*abs_na_reason);
+  } else {
+    // A missing E_X is never taken as 0, except at f64 where the oracle is the reference.
+    require(dtype == "f64", "oracle_at_dtype_maxabs is required for dtype ", dtype,
+            " (the max abs error of the oracle at ", dtype,
+            "; check_attention computes it), or abs_na_reason when that oracle has no finite answer");
+    b = orthros::check::AbsBaseline::of(0.0);
+  }
   return report_dict(orthros::check::compare(name, flat_f64(actual, "actual"), shape_of(actual),
-                                             flat_f64(reference, "reference"), shape_of(reference), dtype,
-                                             oracle_at_dtype_maxabs));
+                                             flat_f64(reference, "reference"), shape_of(reference), dtype, b));
 }
 
 /// Runs the float64 oracle and the oracle at `dtype` on the case, then SPEC §6 on each of the
@@ -201,7 +219,16 @@ py::dict check_attention(const py::object& result, const py::array& q, const py:
                          const std::string& dtype) {
   orthros::check::rel_tolerance(dtype);  // validates the name
   // Inputs as the port saw them: rounded to its dtype, then widened exactly for the f64 oracle.
-  py::dict low = attention(q, k, v, q_out, window, scale, dtype);
+  // The naive oracle at dtype may have no finite answer (scores overflow it): then E_X does not
+  // exist and criterion 2 is n/a for every tensor (check.hpp); never taken as 0.
+  py::dict low;
+  std::optional<orthros::check::AbsBaseline> na;
+  try {
+    low = attention(q, k, v, q_out, window, scale, dtype);
+  } catch (const orthros::Error& err) {
+    if (!orthros::check::is_oracle_overflow(err)) throw;
+    na = orthros::check::overflow_baseline(dtype, err);
+  }
   py::dict rounded;  // inputs rounded to dtype: round-trip through the oracle's own conversion
   {
     auto round = [&](const py::array& a, const char* n) -> py::array {
@@ -227,17 +254,24 @@ py::dict check_attention(const py::object& result, const py::array& q, const py:
     py::array act = py::array::ensure(result[name]);
     require(static_cast<bool>(act), "result['", name, "'] is not an array");
     const std::vector<double> r64 = flat_f64(ref[name].cast<py::array>(), name);
-    const std::vector<double> l64 = flat_f64(low[name].cast<py::array>(), name);
-    double e = 0;
-    for (size_t i = 0; i < r64.size(); ++i) e = std::max(e, std::abs(l64[i] - r64[i]));
+    orthros::check::AbsBaseline b;
+    if (na) {
+      b = *na;
+    } else {
+      const std::vector<double> l64 = flat_f64(low[name].cast<py::array>(), name);
+      double e = 0;
+      for (size_t i = 0; i < r64.size(); ++i) e = std::max(e, std::abs(l64[i] - r64[i]));
+      b = orthros::check::AbsBaseline::of(e);
+    }
     auto rep = orthros::check::compare(name, flat_f64(act, name), shape_of(act), r64,
-                                       shape_of(ref[name].cast<py::array>()), dtype, e);
+                                       shape_of(ref[name].cast<py::array>()), dtype, b);
     all = all && rep.pass;
     tensors[name] = report_dict(rep);
   }
   py::dict out;
   out["pass"] = all;
   out["dtype"] = dtype;
+  out["abs_criterion"] = na ? "n/a (" + na->why_na + ")" : std::string("applied");
   out["tensors"] = tensors;
   return out;
 }
@@ -357,15 +391,22 @@ precision: None (the inputs' dtype) or "f64"/"f32"/"bf16"/"f16": the oracle at t
 (inputs rounded to it). Returns a dict with o [T, H_q, D], o_out [T_out, H_q, D], lse [T, H_q],
 lse_out [T_out, H_q] (natural log). Raises orthros.Error (a ValueError) on bad input.)doc");
   m.def("check", &check_tensor, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
-        py::arg("oracle_at_dtype_maxabs") = 0.0, py::arg("name") = "out",
-        "SPEC §6 on one tensor against a float64 reference; returns the report as a dict (key 'pass').");
+        py::arg("oracle_at_dtype_maxabs") = py::none(), py::arg("name") = "out", py::arg("abs_na_reason") = py::none(),
+        R"doc(SPEC §6 on one tensor against a float64 reference; returns the report as a dict (key 'pass').
+
+oracle_at_dtype_maxabs: E_X, the max abs error of the oracle at `dtype` (required unless dtype is
+"f64", where it is 0). abs_na_reason instead of it: the naive oracle at `dtype` has no finite
+answer, so the max-abs criterion is not applicable (report: abs_tol None, abs_criterion "n/a (...)").)doc");
   m.def("check_attention", &check_attention, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's attention outputs under SPEC §6.
 
 result: mapping with o, o_out, lse, lse_out (any float dtype). The inputs are rounded to `dtype`
 (as the port saw them), the float64 oracle and the oracle at `dtype` are run, and each tensor is
-compared. Returns {'pass': bool, 'dtype': str, 'tensors': {name: report}}. One assert:
+compared. When the naive oracle at `dtype` overflows (scores beyond the dtype's range), the
+max-abs criterion is not applicable: each report has abs_tol None and abs_criterion
+"n/a (naive <dtype> oracle overflows: ...)", and the relative and NaN/Inf criteria decide.
+Returns {'pass': bool, 'dtype': str, 'tensors': {name: report}}. One assert:
     assert orthros.check_attention(out, q, k, v, q_out, window=w, dtype="bf16")["pass"])doc");
   m.def("rel_tolerance", &orthros::check::rel_tolerance, py::arg("dtype"),
         "Relative Frobenius tolerance of SPEC §6 for dtype f64/f32/bf16/f16.");

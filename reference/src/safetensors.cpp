@@ -30,21 +30,6 @@ void store_le(std::uint8_t* p, std::uint64_t v, int nbytes) {
   for (int i = 0; i < nbytes; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
 }
 
-// Correctly rounded double -> binary format with `mant` explicit mantissa bits, minimum normal
-// exponent `emin` and maximum exponent `emax`. Returns the rounded value as a double (exact).
-double round_binary(double x, int mant, int emin, int emax) {
-  if (std::isnan(x) || std::isinf(x) || x == 0.0) return x;
-  const double a = std::fabs(x);
-  int E = 0;
-  std::frexp(a, &E);                   // a = f * 2^E, f in [0.5, 1): floor(log2 a) = E - 1
-  const int e = std::max(E - 1, emin); // exponent of the quantum (subnormals share emin)
-  const double q = std::ldexp(a, mant - e);   // a in units of the quantum 2^(e-mant), exact
-  const double r = std::nearbyint(q);         // default rounding mode: to nearest, ties to even
-  double y = std::ldexp(r, e - mant);
-  if (y >= std::ldexp(1.0, emax + 1)) y = std::numeric_limits<double>::infinity();
-  return std::copysign(y, x);
-}
-
 std::int64_t checked_product(const std::vector<std::int64_t>& shape, const std::string& what) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
@@ -264,23 +249,22 @@ void write_file(const std::string& path, const File& f) {
   require(static_cast<bool>(out), "error while writing \"", path, "\"");
 }
 
+// The rounding itself lives in orthros/tensor.hpp (round_rne), shared with header-only users.
 template <>
 double round_to<double>(double x) {
-  return x;
+  return round_rne<double>(x);
 }
 template <>
 float round_to<float>(double x) {
-  return static_cast<float>(x);  // IEEE conversion: round to nearest even
+  return round_rne<float>(x);
 }
 template <>
 Eigen::bfloat16 round_to<Eigen::bfloat16>(double x) {
-  // bfloat16: 7 mantissa bits, exponent range of float. The rounded value is exact in float,
-  // so the float -> bfloat16 conversion below does not round again.
-  return Eigen::bfloat16(static_cast<float>(round_binary(x, 7, -126, 127)));
+  return round_rne<Eigen::bfloat16>(x);
 }
 template <>
 Eigen::half round_to<Eigen::half>(double x) {
-  return Eigen::half(static_cast<float>(round_binary(x, 10, -14, 15)));  // binary16
+  return round_rne<Eigen::half>(x);
 }
 
 double element(const Tensor& t, std::int64_t i) {

@@ -160,6 +160,108 @@ TEST(CheckCompare, EmptyTensorPasses) {
   EXPECT_TRUE(r.pass);
 }
 
+// Criterion 2 not applicable (no finite naive oracle at the dtype): the relative and NaN/Inf
+// criteria still decide, and the report says why.
+TEST(CheckCompare, AbsCriterionNotApplicableIsReportedAndOnlyRelativeDecides) {
+  Rng rng(31);
+  SCOPED_TRACE("seed=31");
+  const std::vector<std::int64_t> shape{4, 2, 8};
+  const auto ref = random_vec(64, rng);
+  auto act = ref;
+  act[9] += 1e-3 * frob(ref);  // rel err 1e-3 < 2e-3 (f16), but max abs far above 2*0 + 1e-6
+  const auto na = oc::AbsBaseline::not_applicable("naive f16 oracle overflows: test");
+  auto r = oc::compare("o", act, shape, ref, shape, "f16", na);
+  EXPECT_TRUE(r.pass) << "rel " << r.rel_fro;
+  EXPECT_FALSE(r.abs_applicable);
+  EXPECT_EQ(r.abs_note, "n/a (naive f16 oracle overflows: test)");
+  EXPECT_EQ(oc::abs_criterion_text(r), r.abs_note);
+  EXPECT_TRUE(std::isinf(r.abs_tol));
+  EXPECT_TRUE(std::isnan(r.oracle_at_dtype_maxabs));  // never a silent 0
+  EXPECT_EQ(r.bad_row_count, 0);
+  // The same error with a measured E_X of 0 fails on the abs criterion: the n/a changed the verdict.
+  auto r0 = oc::compare("o", act, shape, ref, shape, "f16", 0.0);
+  EXPECT_FALSE(r0.pass);
+  EXPECT_FALSE(r0.pass_abs);
+  EXPECT_TRUE(r0.pass_rel);
+  // Relative criterion still fails a wrong answer ...
+  auto big = ref;
+  big[9] += 0.1 * frob(ref);
+  auto rb = oc::compare("o", big, shape, ref, shape, "f16", na);
+  EXPECT_FALSE(rb.pass);
+  EXPECT_FALSE(rb.pass_rel);
+  // ... and NaN/Inf never pass.
+  auto nan = ref;
+  nan[3] = std::numeric_limits<double>::quiet_NaN();
+  auto rn = oc::compare("o", nan, shape, ref, shape, "f16", na);
+  EXPECT_FALSE(rn.pass);
+  EXPECT_FALSE(rn.pass_finite);
+  EXPECT_EQ(rn.bad_rows, (std::vector<std::int64_t>{0}));
+  // A missing baseline must say why; a measured one must be finite and >= 0.
+  EXPECT_THROW(oc::AbsBaseline::not_applicable(""), orthros::Error);
+  EXPECT_THROW(oc::AbsBaseline::of(std::nan("")), orthros::Error);
+  EXPECT_THROW(oc::compare("o", act, shape, ref, shape, "f16", oc::AbsBaseline{}), orthros::Error);
+}
+
+// The oracle's overflow error (attention.hpp) is recognized; bad-input errors are not.
+TEST(CheckCompare, OracleOverflowIsRecognized) {
+  // F16 q, k all 300, D = 8: q.k*scale = 300*300*8/sqrt(8) = 254558 > 65504 (f16 max).
+  const orthros::AttentionDims dims{4, 2, 8};
+  Mat<Eigen::half> q = Mat<Eigen::half>::Constant(5, 32, Eigen::half(300)),
+                   k = Mat<Eigen::half>::Constant(7, 16, Eigen::half(300)),
+                   qo = Mat<Eigen::half>::Constant(3, 32, Eigen::half(300));
+  Rng rng(32);
+  SCOPED_TRACE("seed=32");
+  Mat<Eigen::half> v = orthros::round_matrix<Eigen::half>(random_mat<double>(7, 16, rng));
+  orthros::AttentionOptions opt;
+  opt.window = 3;
+  try {
+    orthros::orthros_attention<Eigen::half>(q, k, v, qo, dims, opt);
+    FAIL() << "the f16 oracle should overflow";
+  } catch (const orthros::Error& e) {
+    EXPECT_TRUE(oc::is_oracle_overflow(e)) << e.what();
+    const auto b = oc::overflow_baseline("f16", e);
+    EXPECT_FALSE(b.maxabs.has_value());
+    EXPECT_EQ(b.why_na.rfind("naive f16 oracle overflows: scaled scores q.k*scale overflow f16", 0), 0u) << b.why_na;
+  }
+  opt.window = 0;
+  try {
+    orthros::orthros_attention<Eigen::half>(q, k, v, qo, dims, opt);
+    FAIL() << "window 0 must throw";
+  } catch (const orthros::Error& e) {
+    EXPECT_FALSE(oc::is_oracle_overflow(e)) << e.what();
+  }
+}
+
+// The single narrowing rule (tensor.hpp round_rne): one rounding, directly from the double.
+// 1 + 2^-8 is the midpoint of bf16 neighbours 1 and 1 + 2^-7; + 2^-30 puts x just above it, so
+// the correct rounding is 1 + 2^-7 = 1.0078125. Through float32 (quantum 2^-23) the 2^-30 is lost,
+// the midpoint ties to even and gives 1.0 (Eigen's cast). Likewise at f16: 1 + 2^-11 is the
+// midpoint of 1 and 1 + 2^-10; + 2^-40 rounds up to 1 + 2^-10 = 1.0009765625.
+TEST(CheckRounding, DirectRoundToNearestEvenFromDouble) {
+  const double xb = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
+  const double xh = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  EXPECT_EQ(static_cast<double>(orthros::round_rne<Eigen::bfloat16>(xb)), 1.0078125);
+  EXPECT_EQ(static_cast<double>(orthros::round_rne<Eigen::half>(xh)), 1.0009765625);
+  EXPECT_EQ(static_cast<double>(orthros::round_rne<Eigen::bfloat16>(-xb)), -1.0078125);
+  // The double rounding this rule replaces (documents why the helper exists):
+  EXPECT_EQ(static_cast<double>(static_cast<Eigen::bfloat16>(static_cast<float>(xb))), 1.0);
+  EXPECT_EQ(static_cast<double>(static_cast<Eigen::half>(static_cast<float>(xh))), 1.0);
+  // Exact midpoints still tie to even; overflow gives inf.
+  EXPECT_EQ(static_cast<double>(orthros::round_rne<Eigen::bfloat16>(1.0 + std::ldexp(1.0, -8))), 1.0);
+  EXPECT_EQ(static_cast<double>(orthros::round_rne<Eigen::half>(1.0 + 3 * std::ldexp(1.0, -11))), 1.001953125);
+  EXPECT_TRUE(std::isinf(static_cast<double>(orthros::round_rne<Eigen::half>(65520.0))));
+  EXPECT_EQ(static_cast<double>(orthros::round_rne<Eigen::half>(65519.0)), 65504.0);
+  Mat<double> m(1, 3);
+  m << xb, xh, -2.5;
+  const Mat<Eigen::bfloat16> mb = orthros::round_matrix<Eigen::bfloat16>(m);
+  const Mat<Eigen::half> mh = orthros::round_matrix<Eigen::half>(m);
+  EXPECT_EQ(static_cast<double>(mb(0, 0)), 1.0078125);
+  EXPECT_EQ(static_cast<double>(mh(0, 1)), 1.0009765625);
+  EXPECT_EQ(static_cast<double>(mh(0, 2)), -2.5);
+  EXPECT_EQ(mb.rows(), 1);
+  EXPECT_EQ(mb.cols(), 3);
+}
+
 // The oracle run at a kernel's own precision passes its own criterion, for every dtype and for
 // both outputs and LSEs: the criterion is never stricter than a naive implementation.
 template <typename S>
@@ -171,7 +273,8 @@ void oracle_at_dtype_passes(std::uint64_t seed) {
   auto q = random_mat<double>(T, 8 * 32, rng), k = random_mat<double>(P + T, 2 * 32, rng),
        v = random_mat<double>(P + T, 2 * 32, rng), qo = random_mat<double>(T_out, 8 * 32, rng);
   // Round inputs to S, then widen: both oracles see identical inputs.
-  Mat<S> qs = q.cast<S>(), ks = k.cast<S>(), vs = v.cast<S>(), qos = qo.cast<S>();
+  Mat<S> qs = orthros::round_matrix<S>(q), ks = orthros::round_matrix<S>(k), vs = orthros::round_matrix<S>(v),
+         qos = orthros::round_matrix<S>(qo);
   orthros::AttentionOptions opt;
   opt.window = 6;
   auto ref = orthros::orthros_attention<double>(qs.template cast<double>(), ks.template cast<double>(),

@@ -158,6 +158,59 @@ class GoldenTest(unittest.TestCase):
         self.assertIn("1 passed, 0 failed", run("check", "--case", os.path.join(d, "cases/edge_gqa7.safetensors"),
                                                "--actual", os.path.join(out, "edge_gqa7.safetensors")).stdout)
 
+    def test_f16_oracle_overflow_is_judged_without_the_abs_criterion(self):
+        # F16 q, k, q_out all 300: q.k*scale = 300*300*8/sqrt(8) = 254558 > 65504, so the naive f16
+        # oracle has no finite answer and E_X does not exist (the abs bound must not become 1e-6).
+        rng = np.random.default_rng(17)
+        T, P, T_out, w = 5, 2, 3, 3
+        q = np.full((T, 4, 8), 300.0)
+        k = np.full((P + T, 2, 8), 300.0)
+        qo = np.full((T_out, 4, 8), 300.0)
+        v = rng.standard_normal((P + T, 2, 8)).astype(np.float16).astype(np.float64)
+        d = os.path.join(self.tmp.name, "overflow")
+        os.makedirs(d, exist_ok=True)
+        case = os.path.join(d, "case.safetensors")
+        st_io.write(case, {"q": q, "k": k, "v": v, "q_out": qo}, metadata={"window": str(w)}, dtype="F16")
+
+        def result(window, name):  # the exact answer (dense masked softmax, float64)
+            s = 1 / np.sqrt(8)
+            out = {}
+            for tag, qq, lo in (("", q, lambda t: t - window + 1), ("_out", qo, lambda t: np.ones_like(t))):
+                pos = P + (T - qq.shape[0]) + np.arange(qq.shape[0]) + 1
+                j = np.arange(P + T) + 1
+                mask = (j[None, :] <= pos[:, None]) & (j[None, :] >= lo(pos)[:, None])
+                sc = np.einsum("thd,nhd->htn", qq, np.repeat(k, 2, axis=1)) * s
+                sc = np.where(mask[None], sc, -np.inf)
+                m = sc.max(-1, keepdims=True)
+                e = np.exp(sc - m)
+                out["o" + tag] = np.einsum("htn,nhd->thd", e / e.sum(-1, keepdims=True), np.repeat(v, 2, axis=1))
+                out["lse" + tag] = (m + np.log(e.sum(-1, keepdims=True)))[..., 0].T
+            path = os.path.join(d, name)
+            st_io.write(path, out, dtype="F32")  # LSE 254558 does not fit f16; o rounded to f32
+            return path
+
+        good = result(w, "good.safetensors")
+        p = run("check", "--case", case, "--actual", good, "--dtype", "f16")
+        self.assertIn("[PASS]", p.stdout)
+        self.assertIn("abs criterion: n/a (naive f16 oracle overflows: scaled scores q.k*scale overflow f16", p.stdout)
+        self.assertIn("(n/a)", p.stdout)
+        j = json.loads(run("check", "--case", case, "--actual", good, "--dtype", "f16", "--json").stdout)
+        for t in j["cases"][0]["tensors"]:
+            self.assertTrue(t["abs_criterion"].startswith("n/a (naive f16 oracle overflows: "), t)
+            self.assertIsNone(t["abs_tol"])
+            self.assertIsNone(t["oracle_at_dtype_maxabs"])
+            self.assertTrue(t["pass"], t)
+        bad = result(w + 1, "bad.safetensors")  # window off by one
+        p = run("check", "--case", case, "--actual", bad, "--dtype", "f16", "--json", check=False)
+        self.assertEqual(p.returncode, 1)
+        o = json.loads(p.stdout)["cases"][0]["tensors"][0]
+        self.assertEqual(o["name"], "o")
+        self.assertFalse(o["pass_rel"], o)
+        # At f32 the oracle is finite: the abs criterion applies and is reported as applied.
+        j = json.loads(run("check", "--case", case, "--actual", good, "--dtype", "f32", "--json",
+                           check=False).stdout)
+        self.assertEqual(j["cases"][0]["tensors"][0]["abs_criterion"], "applied")
+
     def test_bad_results_fail_clearly(self):
         d = self.dirs["f32"]
         bad = os.path.join(self.tmp.name, "bad")

@@ -127,6 +127,80 @@ class CheckTest(unittest.TestCase):
         self.assertTrue(rep["pass"], f"seed=12 {rep}")
         self.assertGreater(rep["tensors"]["o"]["max_abs"], 0.0)
 
+    def test_f16_oracle_overflow_makes_abs_criterion_not_applicable(self):
+        # q.k*scale = 300*300*8/sqrt(8) = 254558 > 65504: the naive f16 oracle has no finite answer,
+        # so E_X does not exist; a correct port is judged by the relative and NaN/Inf criteria.
+        rng = np.random.default_rng(14)
+        T, P, T_out, w = 5, 2, 3, 3
+        q = np.full((T, 4, 8), 300.0, np.float16)
+        k = np.full((P + T, 2, 8), 300.0, np.float16)
+        qo = np.full((T_out, 4, 8), 300.0, np.float16)
+        v = rng.standard_normal((P + T, 2, 8)).astype(np.float16)
+        with self.assertRaisesRegex(orthros.Error, r"^scaled scores q\.k\*scale overflow f16"):
+            orthros.attention(q, k, v, qo, window=w, precision="f16")
+
+        def port(window):  # the exact answer, o in f16, lse in f32 (254558 does not fit f16)
+            r = transcription(*(x.astype(np.float64) for x in (q, k, v, qo)), window)
+            return {n: a.astype(np.float16 if n.startswith("o") else np.float32) for n, a in r.items()}
+
+        rep = orthros.check_attention(port(w), q, k, v, qo, window=w, dtype="f16")
+        self.assertTrue(rep["pass"], f"seed=14 {rep}")
+        self.assertTrue(rep["abs_criterion"].startswith("n/a (naive f16 oracle overflows: scaled scores"), rep)
+        for n, t in rep["tensors"].items():
+            self.assertEqual(t["abs_criterion"], rep["abs_criterion"], n)
+            self.assertIsNone(t["abs_tol"], n)
+            self.assertIsNone(t["oracle_at_dtype_maxabs"], n)
+        self.assertGreater(rep["tensors"]["o"]["rel_fro"], 1e-5, "really rounded to f16")
+        wrong = orthros.check_attention(port(w + 1), q, k, v, qo, window=w, dtype="f16")
+        self.assertFalse(wrong["pass"])
+        self.assertFalse(wrong["tensors"]["o"]["pass_rel"], f"seed=14 {wrong['tensors']['o']}")
+
+    def test_narrowing_rounds_once_directly_from_float64(self):
+        # 1 + 2^-8 is the midpoint of bf16 neighbours 1 and 1 + 2^-7; + 2^-30 lies above it, so the
+        # single rounding gives 1.0078125 (through float32 the 2^-30 is lost and the tie gives 1.0).
+        # At f16, 1 + 2^-11 + 2^-40 rounds to 1 + 2^-10, as NumPy's own float64 -> float16 does.
+        xb, xh = 1 + 2.0**-8 + 2.0**-30, 1 + 2.0**-11 + 2.0**-40
+        self.assertEqual(float(np.float16(xh)), 1 + 2.0**-10)
+        q = np.full((1, 1, 2), 0.5)
+        v = np.array([[[xb, xh]]])
+        ob = orthros.attention(q, q, v, q, window=1, precision="bf16")["o"]  # w = 1: o_t = v_t
+        oh = orthros.attention(q, q, v, q, window=1, precision="f16")["o"]
+        self.assertEqual(float(ob[0, 0, 0]), 1.0078125)
+        self.assertEqual(float(oh[0, 0, 1]), float(np.float16(xh)))
+
+    def test_check_attention_bf16_accepts_a_port_that_rounds_directly(self):
+        # float64 inputs, w = 1, dtype bf16: a port that rounds its inputs once to bf16 (as
+        # ml_dtypes does) has o = bf16(v) exactly; E_X of o is 0, so any other rounding of v by
+        # the checker would fail it on the abs criterion (bound 1e-6).
+        rng = np.random.default_rng(15)
+        q, k, v, qo = case(15, T=6, P=0, T_out=2, Hq=2, Hkv=2, D=4)
+        v[2, 1, 3] = 1 + 2.0**-8 + 2.0**-30
+        v[4, 0, 0] = -(1 + 2.0**-8 + 2.0**-30)
+        v = v + rng.choice([0.0, 2.0**-30], size=v.shape) * np.sign(v)  # more values near midpoints
+
+        def bf16(x):  # round to nearest even, directly from float64 (7 explicit mantissa bits)
+            m, e = np.frexp(x)                       # x = m * 2^e, |m| in [0.5, 1)
+            return np.ldexp(np.rint(np.ldexp(m, 8)), e - 8)
+
+        qb, kb, vb, qob = (bf16(x) for x in (q, k, v, qo))
+        r = transcription(qb, kb, vb, qob, 1)
+        port = {n: a.astype(np.float32) for n, a in r.items()}  # bf16 values are exact in float32
+        self.assertTrue(np.array_equal(port["o"], vb.astype(np.float32)))
+        rep = orthros.check_attention(port, q, k, v, qo, window=1, dtype="bf16")
+        self.assertTrue(rep["pass"], f"seed=15 {rep['tensors']['o']}")
+        self.assertEqual(rep["tensors"]["o"]["max_abs"], 0.0)
+
+    def test_check_needs_a_baseline_below_f64(self):
+        ref = nonzero(np.random.default_rng(16), (3, 2, 4))
+        self.assertTrue(orthros.check(ref, ref, "f64")["pass"])  # f64: E_X = 0 by definition
+        with self.assertRaisesRegex(orthros.Error, "oracle_at_dtype_maxabs is required for dtype f32"):
+            orthros.check(ref, ref, "f32")
+        act = ref + 1e-3
+        r = orthros.check(act, ref, "bf16", abs_na_reason="naive bf16 oracle overflows: test")
+        self.assertTrue(r["pass"], r)
+        self.assertEqual(r["abs_criterion"], "n/a (naive bf16 oracle overflows: test)")
+        self.assertFalse(orthros.check(act, ref, "bf16", 0.0)["pass"])
+
     def test_nan_is_reported(self):
         ref = nonzero(np.random.default_rng(13), (3, 2, 4))
         act = ref.copy()

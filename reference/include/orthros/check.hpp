@@ -11,6 +11,12 @@
 ///   3. no NaN or Inf in `out` (the reference of finite inputs is always finite);
 ///   4. `out` has the reference's shape.
 ///
+/// When the naive oracle at X has no finite answer on the inputs (its scaled scores overflow X,
+/// e.g. |q·k·scale| > 65504 at f16: orthros_attention<S> throws), `E_X` does not exist and
+/// criterion 2 is *not applicable*: the port is judged by criteria 1, 3 and 4 only, and every
+/// report says so (AbsBaseline::not_applicable, TensorReport::abs_note). A missing `E_X` is never
+/// taken as 0 (that would shrink the bound to 1e-6 and fail correct ports).
+///
 /// `ref` is always the float64 oracle's result on the case's inputs widened exactly to float64.
 /// This header has no file IO: the `orthros check` command, the Python bindings and the GPU
 /// tests all call compare() on flat, row-major float64 buffers (or on `Mat<S>`).
@@ -21,7 +27,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace orthros::check {
@@ -52,6 +61,38 @@ inline double abs_tolerance(double oracle_at_dtype_maxabs) {
   return 2.0 * oracle_at_dtype_maxabs + kAbsSlack;
 }
 
+/// The `E_X` of criterion 2 for one tensor, or the reason there is none.
+struct AbsBaseline {
+  std::optional<double> maxabs;  ///< E_X (max abs error of the oracle at the dtype); empty: n/a
+  std::string why_na;            ///< when `maxabs` is empty: why, e.g. "naive f16 oracle overflows: ..."
+  /// A measured E_X. \throws orthros::Error if it is negative or not finite.
+  static AbsBaseline of(double e) {
+    require(std::isfinite(e) && e >= 0, "oracle_at_dtype_maxabs must be finite and >= 0 (got ", e, ")");
+    return AbsBaseline{e, ""};
+  }
+  /// No E_X: criterion 2 does not apply. \throws orthros::Error if `why` is empty (say why).
+  static AbsBaseline not_applicable(std::string why) {
+    require(!why.empty(), "AbsBaseline::not_applicable needs a reason");
+    return AbsBaseline{std::nullopt, std::move(why)};
+  }
+};
+
+/// Prefix of the orthros::Error that orthros_attention<S> throws when finite inputs make the
+/// scaled scores overflow S (attention.hpp).
+inline constexpr const char* kOracleOverflowPrefix = "scaled scores q.k*scale overflow";
+
+/// True when `e` is the oracle's "scaled scores overflow" error (the naive oracle at that
+/// precision has no finite answer), as opposed to bad input.
+inline bool is_oracle_overflow(const std::exception& e) {
+  return std::string(e.what()).rfind(kOracleOverflowPrefix, 0) == 0;
+}
+
+/// The not-applicable baseline for an oracle at `dtype` that threw the overflow error `e`:
+/// reason "naive <dtype> oracle overflows: <e.what()>".
+inline AbsBaseline overflow_baseline(const std::string& dtype, const std::exception& e) {
+  return AbsBaseline::not_applicable("naive " + dtype + " oracle overflows: " + e.what());
+}
+
 /// Everything the checker reports about one output tensor (SPEC §6; issue 3).
 struct TensorReport {
   std::string name;                  ///< tensor name ("o", "o_out", "lse", "lse_out", ...)
@@ -67,10 +108,13 @@ struct TensorReport {
   std::int64_t nan_count = 0;        ///< NaNs in out
   std::int64_t inf_count = 0;        ///< ±Infs in out
   double rel_tol = 0;                ///< criterion 1 bound
-  double abs_tol = 0;                ///< criterion 2 bound
-  double oracle_at_dtype_maxabs = 0; ///< E_X used for abs_tol
+  double abs_tol = 0;                ///< criterion 2 bound (+inf when not applicable)
+  double oracle_at_dtype_maxabs = 0; ///< E_X used for abs_tol (NaN when not applicable)
+  bool abs_applicable = true;        ///< criterion 2 applies (E_X exists)
+  /// "n/a (<why>)" when criterion 2 does not apply (AbsBaseline::why_na), else "".
+  std::string abs_note;
   bool pass_rel = false;             ///< criterion 1
-  bool pass_abs = false;             ///< criterion 2
+  bool pass_abs = false;             ///< criterion 2 (when not applicable: true iff out is finite)
   bool pass_finite = false;          ///< criterion 3
   bool pass = false;                 ///< all four criteria
   /// Rows (first index) whose max abs error exceeds abs_tol, or that hold NaN/Inf; at most
@@ -111,21 +155,30 @@ inline std::int64_t numel(const std::vector<std::int64_t>& shape) {
 /// \param ref     the float64 oracle's output, flat row-major; must be finite
 /// \param ref_shape its shape, e.g. `[T, H_q, D]` for o or `[T, H_q]` for lse
 /// \param dtype   the dtype the port computed in (selects the relative tolerance)
-/// \param oracle_at_dtype_maxabs max abs error of the oracle at `dtype` on this tensor (0 for f64)
+/// \param baseline E_X of `dtype` on this tensor (AbsBaseline::of(0) for f64), or not applicable
+///   (criterion 2 skipped, the reason recorded in TensorReport::abs_note)
 /// \returns the full report; a shape mismatch is reported (shape_ok = false, pass = false), not thrown.
 /// \throws orthros::Error if `ref` is not finite, a buffer size disagrees with its shape, or the
 ///   dtype/oracle error are invalid.
 inline TensorReport compare(const std::string& name, const std::vector<double>& actual,
                             const std::vector<std::int64_t>& actual_shape, const std::vector<double>& ref,
                             const std::vector<std::int64_t>& ref_shape, const std::string& dtype,
-                            double oracle_at_dtype_maxabs) {
+                            const AbsBaseline& baseline) {
   TensorReport r;
   r.name = name;
   r.shape = ref_shape;
   r.dtype = dtype;
   r.rel_tol = rel_tolerance(dtype);
-  r.abs_tol = abs_tolerance(oracle_at_dtype_maxabs);
-  r.oracle_at_dtype_maxabs = oracle_at_dtype_maxabs;
+  if (baseline.maxabs) {
+    r.abs_tol = abs_tolerance(*baseline.maxabs);
+    r.oracle_at_dtype_maxabs = *baseline.maxabs;
+  } else {
+    require(!baseline.why_na.empty(), "compare: a baseline without E_X must say why");
+    r.abs_applicable = false;
+    r.abs_note = "n/a (" + baseline.why_na + ")";
+    r.abs_tol = std::numeric_limits<double>::infinity();
+    r.oracle_at_dtype_maxabs = std::numeric_limits<double>::quiet_NaN();
+  }
   require(static_cast<std::int64_t>(ref.size()) == numel(ref_shape), "reference '", name, "' holds ", ref.size(),
           " values but its shape needs ", numel(ref_shape));
   require(static_cast<std::int64_t>(actual.size()) == numel(actual_shape), "actual '", name, "' holds ",
@@ -192,9 +245,27 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
   }
   r.pass_finite = finite;
   r.pass_rel = finite && r.rel_fro <= r.rel_tol;
-  r.pass_abs = finite && r.max_abs <= r.abs_tol;
+  r.pass_abs = finite && (!r.abs_applicable || r.max_abs <= r.abs_tol);
   r.pass = r.shape_ok && r.pass_finite && r.pass_rel && r.pass_abs;
   return r;
+}
+
+/// compare() with a measured E_X: `oracle_at_dtype_maxabs` (0 for f64). Same criterion and errors.
+inline TensorReport compare(const std::string& name, const std::vector<double>& actual,
+                            const std::vector<std::int64_t>& actual_shape, const std::vector<double>& ref,
+                            const std::vector<std::int64_t>& ref_shape, const std::string& dtype,
+                            double oracle_at_dtype_maxabs) {
+  rel_tolerance(dtype);  // an unknown dtype is reported before a bad E_X
+  return compare(name, actual, actual_shape, ref, ref_shape, dtype, AbsBaseline::of(oracle_at_dtype_maxabs));
+}
+
+/// One line for reports: "max|out-ref| <= 2*E_X + 1e-6 = <tol>" or the n/a note.
+inline std::string abs_criterion_text(const TensorReport& r) {
+  if (!r.abs_applicable) return r.abs_note;
+  std::ostringstream os;
+  os.precision(3);
+  os << "max|out-ref| <= 2*E_X + 1e-6 = " << r.abs_tol;
+  return os.str();
 }
 
 /// Flattens a row-major `Mat<S>` (a `[rows, H*D]` tensor) to float64, exactly.
@@ -221,7 +292,7 @@ double max_abs_diff(const Mat<A>& a, const Mat<B>& b) {
 /// (pass inner = 1 for a `[rows, heads]` LSE). Same criterion and errors as the flat overload.
 template <typename A>
 TensorReport compare(const std::string& name, const Mat<A>& actual, const Mat<double>& ref, int heads, int inner,
-                     const std::string& dtype, double oracle_at_dtype_maxabs) {
+                     const std::string& dtype, const AbsBaseline& baseline) {
   auto shape_of = [&](Eigen::Index rows, Eigen::Index cols) {
     std::vector<std::int64_t> s{static_cast<std::int64_t>(rows)};
     if (inner == 1) {
@@ -237,8 +308,14 @@ TensorReport compare(const std::string& name, const Mat<A>& actual, const Mat<do
           " columns, expected heads*inner = ", heads * inner);
   auto as = shape_of(actual.rows(), actual.cols());
   if (inner != 1 && actual.cols() % heads != 0) as = {actual.rows(), actual.cols()};
-  return compare(name, to_f64(actual), as, to_f64(ref), shape_of(ref.rows(), ref.cols()), dtype,
-                 oracle_at_dtype_maxabs);
+  return compare(name, to_f64(actual), as, to_f64(ref), shape_of(ref.rows(), ref.cols()), dtype, baseline);
+}
+
+/// Mat overload with a measured E_X (see above).
+template <typename A>
+TensorReport compare(const std::string& name, const Mat<A>& actual, const Mat<double>& ref, int heads, int inner,
+                     const std::string& dtype, double oracle_at_dtype_maxabs) {
+  return compare(name, actual, ref, heads, inner, dtype, AbsBaseline::of(oracle_at_dtype_maxabs));
 }
 
 }  // namespace orthros::check

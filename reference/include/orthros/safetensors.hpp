@@ -88,7 +88,8 @@ void write_file(const std::string& path, const File& f);
 
 /// Rounds an exact double value to scalar type S, to nearest with ties to even, directly
 /// (no intermediate float rounding for bf16/f16). Overflow gives ±inf; NaN stays NaN.
-/// S is one of double, float, Eigen::bfloat16, Eigen::half.
+/// S is one of double, float, Eigen::bfloat16, Eigen::half. Same as orthros::round_rne<S>
+/// (tensor.hpp), the project's single narrowing rule, which it calls.
 template <typename S>
 S round_to(double x);
 /// \cond SPECIALIZATIONS
