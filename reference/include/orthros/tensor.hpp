@@ -131,10 +131,5 @@ Mat<S> round_matrix(const Mat<double>& m) {
   return out;
 }
 
-/// Converts a matrix to another scalar type element by element (round to nearest even).
-template <typename To, typename From>
-Mat<To> cast(const Mat<From>& m) {
-  return m.template cast<To>();
-}
 
 }  // namespace orthros
