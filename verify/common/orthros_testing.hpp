@@ -57,14 +57,14 @@ inline double nonzero_uniform(Rng& rng, double amp = 1.0, double lo_frac = 0.05)
   return neg(rng) ? -x : x;
 }
 
-/// `rows x cols` matrix of `nonzero_uniform` values, generated in double and rounded to S
-/// (round to nearest even). Rows are tokens; `[T, H, D]` is `random_mat<S>(T, H*D, ...)`.
+/// `rows x cols` matrix of `nonzero_uniform` values, generated in double and rounded once to S
+/// (round to nearest even, orthros::round_matrix). Rows are tokens; `[T, H, D]` is `random_mat<S>(T, H*D, ...)`.
 template <typename S>
 Mat<S> random_mat(Index rows, Index cols, Rng& rng, double amp = 1.0) {
   Mat<double> m(rows, cols);
   for (Index r = 0; r < rows; ++r)
     for (Index c = 0; c < cols; ++c) m(r, c) = nonzero_uniform(rng, amp);
-  return m.template cast<S>();
+  return round_matrix<S>(m);  // the project's single double -> S rounding
 }
 
 /// Widens any scalar matrix to double exactly (bf16/f16/f32 are subsets of f64).
