@@ -35,6 +35,15 @@ import numpy as np  # noqa: E402
 UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+def save(fig, prefix, name):
+    """Writes `fig` to PREFIX-NAME.png, closes it and returns the path."""
+    fig.tight_layout()
+    out = f"{prefix}-{name}.png"
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def load(path, field, stat):
     """family -> sorted list of dict(N, args, time[s], counters...) (one per point, aggregated).
     `path` may be a list of JSON files (e.g. a sweep split in two runs): their runs are merged and
@@ -135,11 +144,7 @@ def plot_cpu(path, prefix):
                              ("full/decode", "full-attention decode query", "s--")], "cache length N",
                  "Decode step")
     fig.suptitle("CPU oracle, operator level: latency vs length\n" + machine_line(data), fontsize=9)
-    fig.tight_layout()
-    out = prefix + "-latency.png"
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    made.append(out)
+    made.append(save(fig, prefix, "latency"))
 
     fig, axs = plt.subplots(1, 3, figsize=(15, 4.6))
     loglog_panel(axs[0], f, [("op/swa_stream", "SWA stream (T_out=0, w=128)", "o-"),
@@ -165,11 +170,7 @@ def plot_cpu(path, prefix):
                              ("layer/pt", "layer PT", "s--"),
                              ("layer/decode", "layer decode step (x: N)", "d-")], "T (or N)", "Layer level")
     fig.suptitle("CPU oracle: streams and layer\n" + machine_line(data), fontsize=9)
-    fig.tight_layout()
-    out = prefix + "-streams.png"
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    made.append(out)
+    made.append(save(fig, prefix, "streams"))
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for o, full, label in (("op/prefill", "full/prefill", "prefill"), ("op/pt", "full/pt", "PT"),
@@ -185,11 +186,7 @@ def plot_cpu(path, prefix):
     ax.set_title("CPU oracle: speedup of Orthros over full attention\n" + machine_line(data), fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = prefix + "-speedup.png"
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    made.append(out)
+    made.append(save(fig, prefix, "speedup"))
     return made
 
 
@@ -210,11 +207,7 @@ def plot_gpu(path, prefix, peak_tflops):
                              ("gpu/full_decode_b16", "full-attention decode query, B=16", "d--")], "cache length N",
                  "Decode step (slope: all points; B=1 is launch/latency-bound below ~128K)")
     fig.suptitle("GPU latency vs length, median of repetitions\n" + machine_line(data, True), fontsize=9)
-    fig.tight_layout()
-    out = prefix + "-latency.png"
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    made.append(out)
+    made.append(save(fig, prefix, "latency"))
 
     copy = f.get("gpu/copy_d2d", [])
     gemm = f.get("gpu/gemm_bf16", [])
@@ -252,11 +245,7 @@ def plot_gpu(path, prefix, peak_tflops):
     axs[0].legend(fontsize=7)
     axs[1].legend(fontsize=6, ncol=2, loc="lower right")
     fig.suptitle(machine_line(data, True), fontsize=8)
-    fig.tight_layout()
-    out = prefix + "-efficiency.png"
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    made.append(out)
+    made.append(save(fig, prefix, "efficiency"))
 
     fig, ax = plt.subplots(figsize=(7, 4.6))
     a = {p["N"]: p["time"] for p in f.get("gpu/prefill", [])}
@@ -275,11 +264,7 @@ def plot_gpu(path, prefix, peak_tflops):
                  + machine_line(data, True).replace("; ", "\n"), fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = prefix + "-speedup.png"
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    made.append(out)
+    made.append(save(fig, prefix, "speedup"))
     return made
 
 
