@@ -36,11 +36,16 @@ def read(path):
 
 
 def _bf16_bits(a):
-    """float32 -> bf16 bit patterns, round to nearest even (NaN kept NaN)."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(np.asarray(a, dtype=np.float32))
-    return np.where(nan, np.uint16(0x7FC0), rounded)
+    """bf16 bit patterns of `a`, rounded once to nearest even from its own precision (float64
+    inputs are not rounded through float32 first: the project's single rounding rule). NaN stays NaN."""
+    x = np.asarray(a, dtype=np.float64)
+    _, e = np.frexp(x)                   # |x| = m * 2^e, m in [0.5, 1)
+    e = np.maximum(e, -125)              # below 2^-126 the quantum stays 2^-133 (bf16 subnormals)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.ldexp(np.rint(np.ldexp(x, 8 - e)), e - 8)  # 8 significant bits, ties to even
+        f = q.astype(np.float32)         # exact: every bf16 value is a float32; beyond the range -> inf
+    bits = (np.ascontiguousarray(f).view(np.uint32) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), bits)
 
 
 def write(path, tensors, metadata=None, dtype="F32"):

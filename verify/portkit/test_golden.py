@@ -383,5 +383,26 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
         self.assertIn("failed", p.stderr)
 
 
+class StIoBf16Test(unittest.TestCase):
+    """The example's BF16 writer rounds once, to nearest even, from the value's own precision."""
+
+    def test_float64_is_not_rounded_through_float32(self):
+        import st_io
+        # 1 + 2^-8 + 2^-30: above the halfway point 1 + 2^-8 between 1 and 1 + 2^-7, so it rounds
+        # up to 1.0078125 (0x3F81); via float32 it first becomes the tie 1 + 2^-8, then 1.0 (0x3F80).
+        x = np.array([1 + 2**-8 + 2**-30, 1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8 + 2**-30)])
+        self.assertEqual([hex(b) for b in st_io._bf16_bits(x)], ["0x3f81", "0x3f80", "0x3f82", "0xbf81"])
+
+    def test_float32_rounding_is_bit_manipulation_rne(self):
+        import st_io
+        rng = np.random.default_rng(20261130)
+        x = np.concatenate([rng.standard_normal(5000), rng.standard_normal(500) * 1e-39,
+                            [3.39e38, 1e-45, np.inf, -np.inf]]).astype(np.float32)
+        u = x.view(np.uint32).astype(np.uint64)
+        expect = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # float32 -> bf16 RNE on the bits
+        np.testing.assert_array_equal(st_io._bf16_bits(x), expect)
+        self.assertEqual(st_io._bf16_bits(np.array([np.nan]))[0], 0x7FC0)
+
+
 if __name__ == "__main__":
     unittest.main()
