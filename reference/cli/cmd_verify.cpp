@@ -108,10 +108,9 @@ class Verifier {
     std::mt19937_64 rng(seed);
     std::vector<std::pair<std::string, std::vector<Eigen::Index>>> chunkings;
     {
-      const Eigen::Index w = c_.attn.window;
+      const Eigen::Index step = std::max<Eigen::Index>(c_.attn.window - 1, 1);  // chunks just under the window
       std::vector<Eigen::Index> by_window, uneven{1, T / 3, T - 1 - T / 3}, random;
-      for (Eigen::Index left = T; left > 0; left -= std::min<Eigen::Index>(left, w - 1 > 0 ? w - 1 : 1))
-        by_window.push_back(std::min<Eigen::Index>(left, w - 1 > 0 ? w - 1 : 1));
+      for (Eigen::Index left = T; left > 0; left -= by_window.back()) by_window.push_back(std::min(left, step));
       for (Eigen::Index left = T; left > 0;) {
         const Eigen::Index s = std::min<Eigen::Index>(left, 1 + static_cast<Eigen::Index>(rng() % (T / 3)));
         random.push_back(s);
