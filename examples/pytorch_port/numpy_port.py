@@ -7,8 +7,12 @@
 For each case of the golden manifest it reads q, k, v, q_out and the window (SPEC §5), computes
 o, o_out, lse, lse_out with a masked softmax, and writes RESULTS_DIR/NAME.safetensors.
 Compute precision: float64 for an f64 suite, float32 otherwise (bf16/f16 inputs are widened
-exactly). `--bug window-off-by-one` lets every base query see w+1 keys (the `(w, 0)` instead of
-`(w-1, 0)` mistake) to show what `orthros check` reports.
+exactly). Cases of a gradient suite (`orthros golden --grad`) also hold the upstream gradients
+`do` [T,H_q,D] and `do_out` [T_out,H_q,D]; for those the port adds dq, dq_out, dk, dv, the
+gradients of L = sum(o * do) + sum(o_out * do_out), from a hand-written float64 backward
+(attention_backward). Results are written in F64 for an f64 suite, F32 otherwise.
+`--bug window-off-by-one` lets every base query see w+1 keys (the `(w, 0)` instead of
+`(w-1, 0)` mistake), in the forward and the backward, to show what `orthros check` reports.
 """
 import argparse
 import os
@@ -20,30 +24,75 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 
 
+def _visible(T, P, T_out, window, bug):
+    """Boolean masks [rows, P+T] of the keys each query sees (SPEC §2), base and output stream.
+    Query rows and keys are indexed by 0-based absolute position; the window includes the query."""
+    key_pos = np.arange(P + T)
+    lookback = window if bug == "window-off-by-one" else window - 1
+    base_pos = P + np.arange(T)                      # base row i is position P+i (0-based)
+    out_pos = P + T - T_out + np.arange(T_out)       # output row i: the last T_out base positions
+    causal = lambda pos: key_pos[None, :] <= pos[:, None]  # noqa: E731
+    base = causal(base_pos) & (key_pos[None, :] >= base_pos[:, None] - lookback)  # the w most recent keys
+    return base, causal(out_pos)                     # output stream: full causal
+
+
+def _softmax(qq, kk, allowed, scale):
+    """Masked softmax of the scaled scores: P [H, rows, keys] and the natural-log LSE [H, rows, 1]."""
+    s = np.einsum("thd,nhd->htn", qq, kk) * qq.dtype.type(scale)
+    s = np.where(allowed[None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,), s.dtype)
+    e = np.exp(s - m)
+    z = e.sum(axis=-1, keepdims=True)
+    return e / z, m + np.log(z)
+
+
 def attention(q, k, v, q_out, window, scale, bug=None):
     """q [T,Hq,D], k/v [P+T,Hkv,D], q_out [T_out,Hq,D] -> dict o, o_out, lse, lse_out."""
     T, Hq, D = q.shape
     N, Hkv, _ = k.shape
-    P, T_out = N - T, q_out.shape[0]
     group = Hq // Hkv
     kk = np.repeat(k, group, axis=1)                 # GQA: query head h reads KV head h // group
     vv = np.repeat(v, group, axis=1)
-    key_pos = np.arange(N)                           # 0-based absolute positions of the keys
-    lookback = window if bug == "window-off-by-one" else window - 1
+    masks = _visible(T, N - T, q_out.shape[0], window, bug)
     out = {}
-    for suffix, qq, pos, windowed in (("", q, P + np.arange(T), True),
-                                      ("_out", q_out, P + T - T_out + np.arange(T_out), False)):
-        allowed = key_pos[None, :] <= pos[:, None]   # causal: keys up to the query's own position
-        if windowed:                                 # sliding window: the w most recent keys
-            allowed &= key_pos[None, :] >= pos[:, None] - lookback
-        s = np.einsum("thd,nhd->htn", qq, kk) * qq.dtype.type(scale)
-        s = np.where(allowed[None], s, -np.inf)
-        m = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,), s.dtype)
-        e = np.exp(s - m)
-        z = e.sum(axis=-1, keepdims=True)
-        out["o" + suffix] = np.einsum("htn,nhd->thd", e / z, vv)
-        out["lse" + suffix] = (m + np.log(z))[..., 0].T  # natural log, [rows, Hq]
+    for suffix, qq, allowed in (("", q, masks[0]), ("_out", q_out, masks[1])):
+        p, lse = _softmax(qq, kk, allowed, scale)
+        out["o" + suffix] = np.einsum("htn,nhd->thd", p, vv)
+        out["lse" + suffix] = lse[..., 0].T          # natural log, [rows, Hq]
     return out
+
+
+def attention_backward(q, k, v, q_out, do, do_out, window, scale, bug=None):
+    """Gradients of L = sum(o * do) + sum(o_out * do_out) in float64 -> dict dq, dq_out, dk, dv.
+
+    Written from the math of the forward, densely, per stream (H heads at once):
+        P  = softmax_masked(s Q K^T)               (recomputed; masked entries are exact zeros)
+        O  = P V          =>  dV = P^T dO,  dP = dO V^T
+        dS = P ⊙ (dP − rowsum(P ⊙ dP))             (softmax vector-Jacobian product)
+        S  = s Q K^T      =>  dQ = s dS K,  dK = s dS^T Q
+    Both streams read the same k and v, so their dK, dV add; GQA: a KV head's gradient is the sum
+    over the query heads of its group (the transpose of np.repeat). Keys no query sees get 0.
+    """
+    q, k, v, q_out, do, do_out = (np.asarray(a, dtype=np.float64) for a in (q, k, v, q_out, do, do_out))
+    T, Hq, D = q.shape
+    N, Hkv, _ = k.shape
+    group = Hq // Hkv
+    kk = np.repeat(k, group, axis=1)
+    vv = np.repeat(v, group, axis=1)
+    dkk = np.zeros_like(kk)                          # [N, Hq, D]: per query head, folded below
+    dvv = np.zeros_like(vv)
+    g = {}
+    for name, qq, dd, allowed in zip(("dq", "dq_out"), (q, q_out), (do, do_out), _visible(T, N - T, q_out.shape[0],
+                                                                                          window, bug)):
+        p, _ = _softmax(qq, kk, allowed, scale)       # [Hq, rows, N]
+        dp = np.einsum("thd,nhd->htn", dd, vv)
+        ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+        g[name] = scale * np.einsum("htn,nhd->thd", ds, kk)
+        dkk += scale * np.einsum("htn,thd->nhd", ds, qq)
+        dvv += np.einsum("htn,thd->nhd", p, dd)
+    g["dk"] = dkk.reshape(N, Hkv, group, D).sum(axis=2)  # query head h = kv * group + (h % group)
+    g["dv"] = dvv.reshape(N, Hkv, group, D).sum(axis=2)
+    return g
 
 
 def main():
@@ -57,16 +106,22 @@ def main():
     suite_dtype = manifest["dtype"]
     cdt = np.float64 if suite_dtype == "f64" else np.float32
     out_dtype = "F64" if suite_dtype == "f64" else "F32"
+    grads = 0
     for case in manifest["cases"]:
         t, meta = st_io.read(os.path.join(args.golden, case["file"]))
         window = int(meta["window"])
         D = t["q"].shape[2]
         scale = float(meta["scale"]) if "scale" in meta else 1.0 / np.sqrt(D)
         r = attention(*(t[n].astype(cdt) for n in ("q", "k", "v", "q_out")), window, scale, args.bug)
+        if "do" in t:  # a gradient suite (`orthros golden --grad`): the backward too, in float64
+            r.update(attention_backward(*(t[n] for n in ("q", "k", "v", "q_out", "do", "do_out")), window, scale,
+                                        args.bug))
+            grads += 1
         st_io.write(os.path.join(args.out, case["name"] + ".safetensors"), r,
                     {"producer": "examples/pytorch_port/numpy_port.py", "bug": args.bug or "none"}, out_dtype)
-    print(f"numpy_port: {len(manifest['cases'])} results ({suite_dtype} suite, computed in {np.dtype(cdt).name}"
-          f"{', bug ' + args.bug if args.bug else ''}) -> {args.out}")
+    print(f"numpy_port: {len(manifest['cases'])} results ({suite_dtype} suite, forward computed in {np.dtype(cdt).name}"
+          f"{f', gradients of {grads} cases in float64' if grads else ''}{', bug ' + args.bug if args.bug else ''})"
+          f" -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,21 @@
 #   bash examples/pytorch_port/run_on_gpu.sh OUT_DIR SUITE_DIR [SUITE_DIR ...]
 #
 # For each suite: results of the sdpa backend, the flex backend, and the deliberately broken
-# variant (sdpa, --bug window-off-by-one), packed in OUT_DIR/torch_results.tar.gz as
-# <suite>.<variant>/NAME.safetensors, plus OUT_DIR/torch_port.log. If an `orthros` binary is
-# found ($ORTHROS or build*/reference/orthros), the checks run here too (all reports in
-# OUT_DIR/checks.txt: three files in all, within the device tool's limit of 8);
-# otherwise unpack the archive where orthros is built and run, for each variant:
+# variant (sdpa, --bug window-off-by-one) ($VARIANTS overrides the list; flex-bug is the broken
+# flex port), packed in OUT_DIR/torch_results.tar.gz as <suite>.<variant>/NAME.safetensors
+# (RESULTS_ARCHIVE=0: no archive, for suites whose results are too large to bring back), plus
+# OUT_DIR/torch_port.log. A gradient suite (`orthros golden --grad`: cases hold `do`, `do_out`)
+# makes the port add dq, dq_out, dk, dv through autograd, and the checks judge all eight tensors.
+# If an `orthros` binary is found ($ORTHROS or build*/reference/orthros), the checks run here too:
+# all text reports in OUT_DIR/checks.txt, all JSON reports in OUT_DIR/checks.jsonl (one line per
+# suite and variant, {"label", "report"}), and a per-tensor summary of each in the log
+# (summarize_checks.py; `summarize_checks.py --table OUT_DIR/checks.jsonl` makes a Markdown
+# table). Otherwise unpack the archive where orthros is built and run, for each variant:
 #   orthros check --suite SUITE_DIR --actual-dir <suite>.<variant>
 #
 # Exit status: 0 only if every port run succeeded and, where orthros was found, every check came
-# out as intended (sdpa and flex pass; sdpa-bug is caught, i.e. its check exits 1); 1 otherwise;
+# out as intended (sdpa and flex pass; a -bug variant is caught, i.e. its check exits 1, and on a
+# gradient suite at least one of dq, dq_out, dk, dv fails too); 1 otherwise;
 # 2 on a usage error or when the Python in $PYTHON (default python3) cannot import torch.
 set -uo pipefail
 out=${1:?usage: run_on_gpu.sh OUT_DIR SUITE_DIR [SUITE_DIR ...]}
@@ -27,6 +33,8 @@ log="$out/torch_port.log"
 : >"$log"
 checks="$out/checks.txt"
 : >"$checks"
+jsonl="$out/checks.jsonl"
+: >"$jsonl"
 if ! "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' >"$work/torch.txt" 2>&1; then
   cat "$work/torch.txt" >>"$log"
   echo "run_on_gpu.sh: error: $py cannot import torch ($(tail -1 "$work/torch.txt")); install PyTorch or set PYTHON to a Python that has it" | tee -a "$log" >&2
@@ -42,9 +50,10 @@ if [ -z "$orthros" ]; then
 fi
 for suite in "$@"; do
   name=$(basename "$suite")
-  for variant in sdpa flex sdpa-bug; do
+  for variant in ${VARIANTS:-sdpa flex sdpa-bug}; do
     args=(--golden "$suite" --out "$work/$name.$variant" --backend "${variant%-bug}")
-    [ "$variant" = sdpa-bug ] && args+=(--bug window-off-by-one)
+    bug=0
+    [ "$variant" != "${variant%-bug}" ] && bug=1 && args+=(--bug window-off-by-one)
     "$py" "$here/torch_port.py" "${args[@]}" 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
@@ -58,18 +67,27 @@ for suite in "$@"; do
       cat "$work/check.txt" >>"$checks"
       echo "check $name.$variant: $(tail -1 "$work/check.txt")" | tee -a "$log"
       want=0
-      [ "$variant" = sdpa-bug ] && want=1  # the injected bug must be caught (exit 1), not pass
+      [ "$bug" = 1 ] && want=1  # the injected bug must be caught (exit 1), not pass
       if [ "$rc" -ne "$want" ]; then
         echo "FAILED: check $name.$variant exited $rc (want $want)" | tee -a "$log" >&2
+        failures=$((failures + 1))
+      fi
+      "$orthros" check --suite "$suite" --actual-dir "$work/$name.$variant" --json >"$work/check.json" 2>/dev/null
+      sargs=("$work/check.json" --label "$name.$variant" --append "$jsonl")
+      [ "$bug" = 1 ] && sargs+=(--bug)  # on a gradient suite the bug must fail a gradient tensor too
+      if ! "$py" "$here/summarize_checks.py" "${sargs[@]}" 2>&1 | tee -a "$log"; then
+        echo "FAILED: summary of $name.$variant" | tee -a "$log" >&2
         failures=$((failures + 1))
       fi
     fi
   done
 done
-rm -f "$work/check.txt"
-tar -C "$work" -czf "$out/torch_results.tar.gz" .
+rm -f "$work/check.txt" "$work/check.json"
+if [ "${RESULTS_ARCHIVE:-1}" != 0 ]; then
+  tar -C "$work" -czf "$out/torch_results.tar.gz" .
+  echo "run_on_gpu.sh: results in $out/torch_results.tar.gz" | tee -a "$log"
+fi
 rm -rf "$work"
-echo "run_on_gpu.sh: results in $out/torch_results.tar.gz" | tee -a "$log"
 if [ "$failures" -ne 0 ]; then
   echo "run_on_gpu.sh: $failures port run(s) or check(s) failed (see $log)" | tee -a "$log" >&2
   exit 1

@@ -16,6 +16,14 @@ Backends:
   flex  FlexAttention (torch >= 2.5) with a sliding-window block mask; LSE from return_lse=True.
 Compute dtype = the suite's dtype (bf16, f16, f32; f64 on the sdpa backend). Results are written
 in F32 (F64 for an f64 suite); lse in float32.
+
+Gradients (cases of a suite written by `orthros golden --grad`, which hold the upstream gradients
+`do` [T, H_q, D] and `do_out` [T_out, H_q, D]): q, k, v, q_out get requires_grad, the loss is
+L = sum(o * do) + sum(o_out * do_out) (products and sums in float32; dL/do = do exactly), and
+autograd's backward of the chosen backend gives dq, dq_out, dk, dv (the repeat_interleave of the
+sdpa backend and FlexAttention's enable_gqa sum each KV head's gradient over its query-head group;
+both streams' contributions to dk/dv add). They are written beside o, o_out, lse, lse_out, and
+`orthros check` judges all eight. --no-grad skips the backward on such a suite (forward only).
 """
 import argparse
 import math
@@ -55,8 +63,9 @@ def sdpa_stream(q, k, v, q_pos, window, scale, bug):
     vh = v.permute(1, 0, 2).repeat_interleave(group, dim=0).unsqueeze(0)
     mask = allowed_keys(q_pos, N, window, bug)                            # [Tq, N], True = attend
     o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
-    s = (qh.float() @ kh.float().transpose(-1, -2)) * scale               # LSE in float32
-    lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)    # base e, [1, Hq, Tq]
+    with torch.no_grad():                                                  # the LSE is not part of the loss
+        s = (qh.float() @ kh.float().transpose(-1, -2)) * scale           # LSE in float32
+        lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)  # base e, [1, Hq, Tq]
     return o[0].permute(1, 0, 2), lse[0].transpose(0, 1)
 
 
@@ -79,7 +88,7 @@ def flex_stream(q, k, v, q_pos, window, scale, bug):
     bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=Tq, KV_LEN=N, device=q.device)
     qh, kh, vh = (x.permute(1, 0, 2).unsqueeze(0) for x in (q, k, v))
     o, lse = flex_attention(qh, kh, vh, block_mask=bm, scale=scale, enable_gqa=(Hq != Hkv), return_lse=True)
-    return o[0].permute(1, 0, 2), lse[0].float().transpose(0, 1)
+    return o[0].permute(1, 0, 2), lse[0].detach().float().transpose(0, 1)
 
 
 def orthros_attention(q, k, v, q_out, window, scale, backend="sdpa", bug=None):
@@ -95,6 +104,19 @@ def orthros_attention(q, k, v, q_out, window, scale, backend="sdpa", bug=None):
     return {"o": o, "o_out": o_out, "lse": lse, "lse_out": lse_out}
 
 
+def orthros_attention_with_grads(q, k, v, q_out, do, do_out, window, scale, backend="sdpa", bug=None):
+    """The port's forward and its backward through autograd: returns dict o, o_out, lse, lse_out,
+    dq, dq_out, dk, dv, the gradients of L = sum(o * do) + sum(o_out * do_out)."""
+    leaves = {n: x.detach().clone().requires_grad_(True) for n, x in (("q", q), ("k", k), ("v", v), ("q_out", q_out))}
+    r = orthros_attention(leaves["q"], leaves["k"], leaves["v"], leaves["q_out"], window, scale, backend, bug)
+    loss = (r["o"].float() * do.float()).sum() + (r["o_out"].float() * do_out.float()).sum()
+    loss.backward()
+    out = {n: a.detach() for n, a in r.items()}
+    for n, x in leaves.items():  # a stream with no rows (T_out = 0) leaves its query without a gradient
+        out["d" + n] = x.grad if x.grad is not None else torch.zeros_like(x)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--golden", required=True)
@@ -102,6 +124,7 @@ def main():
     ap.add_argument("--backend", choices=["sdpa", "flex"], default="sdpa")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--bug", choices=["window-off-by-one"])
+    ap.add_argument("--no-grad", action="store_true", help="forward only, even on a gradient suite")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # TF32 would fail the f32 criterion (1e-5)
     torch.backends.cudnn.allow_tf32 = False
@@ -109,16 +132,22 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     dt = DTYPES[manifest["dtype"]]
     out_dtype = "F64" if manifest["dtype"] == "f64" else "F32"
-    done, failed = 0, []
+    done, failed, grads = 0, [], 0
     for case in manifest["cases"]:
         t, meta = st_io.read(os.path.join(args.golden, case["file"]))
         window = int(meta["window"])
         D = t["q"].shape[2]
         scale = float(meta["scale"]) if "scale" in meta else 1.0 / math.sqrt(D)
-        x = {n: torch.from_numpy(np.ascontiguousarray(t[n])).to(args.device).to(dt) for n in ("q", "k", "v", "q_out")}
+        want_grad = "do" in t and not args.no_grad
+        names = ("q", "k", "v", "q_out") + (("do", "do_out") if want_grad else ())
+        x = {n: torch.from_numpy(np.ascontiguousarray(t[n])).to(args.device).to(dt) for n in names}
         try:
-            with torch.no_grad():
-                r = orthros_attention(x["q"], x["k"], x["v"], x["q_out"], window, scale, args.backend, args.bug)
+            if want_grad:
+                r = orthros_attention_with_grads(x["q"], x["k"], x["v"], x["q_out"], x["do"], x["do_out"], window,
+                                                 scale, args.backend, args.bug)
+            else:
+                with torch.no_grad():
+                    r = orthros_attention(x["q"], x["k"], x["v"], x["q_out"], window, scale, args.backend, args.bug)
         except Exception as e:  # noqa: BLE001 -- report and go on; `orthros check` reports the missing file
             failed.append(f"{case['name']}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             continue
@@ -128,8 +157,9 @@ def main():
                     {"producer": f"examples/pytorch_port/torch_port.py --backend {args.backend}",
                      "torch": torch.__version__, "device": str(args.device), "bug": args.bug or "none"}, out_dtype)
         done += 1
+        grads += want_grad
     print(f"torch_port[{args.backend}, {manifest['dtype']}, {args.device}, torch {torch.__version__}]: "
-          f"{done} results, {len(failed)} errors -> {args.out}")
+          f"{done} results ({grads} with gradients), {len(failed)} errors -> {args.out}")
     for f_ in failed:
         print("  error:", f_)
     if failed:
