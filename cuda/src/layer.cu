@@ -24,7 +24,7 @@ void cublas_check(cublasStatus_t s, const char* what) {
 
 // One warp per (row, head): optional RMSNorm over the D values (weight nw), rounded to T, then
 // optional scale-offset alpha ⊙ x + beta (per column of the row), rounded to T. The order of
-// operations is the reference's (layer.hpp: rms_norm_groups, make_queries): inv = 1/sqrt(ss/D +
+// operations is the reference's (layer.hpp: rms_norm_groups, query_stages): inv = 1/sqrt(ss/D +
 // eps), x*inv*w; then alpha*x + beta, all in float32 without contraction (--fmad=false).
 template <typename T>
 __global__ void qk_prep_kernel(T* x, long long rows, int H, int D, const T* nw, float eps, const T* alpha,

@@ -108,20 +108,54 @@ void rms_norm_groups(Mat<S>& x, const Vec<S>& weight, int group, double eps) {
 
 namespace detail {
 
-/// Queries of one stream: q = RoPE(alpha ⊙ norm_q(x W_Q) + beta, pos)  (SPEC §2).
+/// The stages of one stream's queries (SPEC §2), kept so the backward can reuse them.
 template <typename S>
-Mat<S> make_queries(const AttentionWeights<S>& w, const AttentionConfig& cfg, const Mat<S>& x, const Vec<S>& alpha,
-                    const Vec<S>& beta, const std::vector<std::int64_t>& pos) {
+struct QueryStages {
+  Mat<S> lin;     ///< x W_Q                            [N, H_q*D]
+  Mat<S> normed;  ///< norm_q(x W_Q) (= lin without QK-norm)
+  Mat<S> q;       ///< RoPE(alpha ⊙ normed + beta, pos)
+};
+
+/// Queries of one stream, stage by stage: q = RoPE(alpha ⊙ norm_q(x W_Q) + beta, pos)  (SPEC §2).
+template <typename S>
+QueryStages<S> query_stages(const AttentionWeights<S>& w, const AttentionConfig& cfg, const Mat<S>& x,
+                            const Vec<S>& alpha, const Vec<S>& beta, const std::vector<std::int64_t>& pos) {
   using Acc = AccumT<S>;
-  Mat<S> q = project(x, w.w_q);
-  if (cfg.qk_norm) rms_norm_groups(q, w.q_norm, cfg.head_dim, cfg.rms_eps);
+  QueryStages<S> st;
+  st.lin = project(x, w.w_q);
+  st.normed = st.lin;
+  if (cfg.qk_norm) rms_norm_groups(st.normed, w.q_norm, cfg.head_dim, cfg.rms_eps);
+  Mat<S>& q = st.q = st.normed;
   for (Eigen::Index r = 0; r < q.rows(); ++r) {
     for (Eigen::Index c = 0; c < q.cols(); ++c)
       q(r, c) = static_cast<S>(static_cast<Acc>(alpha[c]) * static_cast<Acc>(q(r, c)) + static_cast<Acc>(beta[c]));
     for (int h = 0; h < cfg.num_q_heads; ++h)
       apply_rope(q.data() + r * q.cols() + Eigen::Index(h) * cfg.head_dim, cfg.head_dim, pos[r], cfg.rope_theta);
   }
-  return q;
+  return st;
+}
+
+/// The stages of the keys (SPEC §2): lin = x W_K, normed = norm_k(lin), k = RoPE(normed, pos).
+template <typename S>
+struct KeyStages {
+  Mat<S> lin;     ///< x W_K      [N, H_kv*D]
+  Mat<S> normed;  ///< norm_k(lin) (= lin without QK-norm)
+  Mat<S> k;       ///< post-RoPE keys, as stored in the KV cache
+};
+
+/// Keys of base tokens, stage by stage: k_i = RoPE(norm_k(x_i W_K), i)  (SPEC §2).
+template <typename S>
+KeyStages<S> key_stages(const AttentionWeights<S>& w, const AttentionConfig& cfg, const Mat<S>& x,
+                        const std::vector<std::int64_t>& pos) {
+  KeyStages<S> st;
+  st.lin = project(x, w.w_k);
+  st.normed = st.lin;
+  if (cfg.qk_norm) rms_norm_groups(st.normed, w.k_norm, cfg.head_dim, cfg.rms_eps);
+  st.k = st.normed;
+  for (Eigen::Index r = 0; r < st.k.rows(); ++r)
+    for (int h = 0; h < cfg.num_kv_heads; ++h)
+      apply_rope(st.k.data() + r * st.k.cols() + Eigen::Index(h) * cfg.head_dim, cfg.head_dim, pos[r], cfg.rope_theta);
+  return st;
 }
 
 }  // namespace detail
@@ -180,13 +214,10 @@ void orthros_attention_layer_batch(const AttentionWeights<S>& w, const Attention
     for (Index i = 0; i < s.T_out; ++i) pos_out[s.out_begin + i] = P + (s.T - s.T_out) + i;
   }
   // k_i = RoPE(norm_k(x_i W_K), i), v_i = x_i W_V           (SPEC §2; base tokens only)
-  Mat<S> k = project(x, w.w_k), v = project(x, w.w_v);
-  if (cfg.qk_norm) rms_norm_groups(k, w.k_norm, D, cfg.rms_eps);
-  for (Index r = 0; r < k.rows(); ++r)
-    for (int h = 0; h < cfg.num_kv_heads; ++h) apply_rope(k.data() + r * k.cols() + Index(h) * D, D, pos[r], cfg.rope_theta);
+  const Mat<S> k = detail::key_stages(w, cfg, x, pos).k, v = project(x, w.w_v);
   // q_i = RoPE(alpha ⊙ norm_q(x_i W_Q) + beta, i);  q'_i with alpha', beta'
-  const Mat<S> q = detail::make_queries(w, cfg, x, w.alpha, w.beta, pos);
-  const Mat<S> q_out = detail::make_queries(w, cfg, x_out, w.alpha_out, w.beta_out, pos_out);
+  const Mat<S> q = detail::query_stages(w, cfg, x, w.alpha, w.beta, pos).q;
+  const Mat<S> q_out = detail::query_stages(w, cfg, x_out, w.alpha_out, w.beta_out, pos_out).q;
 
   Mat<S> o(x.rows(), d), o_out(x_out.rows(), d);
   for (size_t b = 0; b < segs.size(); ++b) {

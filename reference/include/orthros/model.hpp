@@ -134,16 +134,31 @@ struct ForwardTrace {
 
 namespace detail {
 
+/// The stages of the SwiGLU FFN, kept for the backward: gate = x W_gate, up = x W_up,
+/// act = silu(gate) ⊙ up, out = act W_down.
+template <typename S>
+struct SwigluStages {
+  Mat<S> gate, up, act, out;
+};
+
+template <typename S>
+SwigluStages<S> swiglu_stages(const LayerWeights<S>& lw, const Mat<S>& x) {
+  using Acc = AccumT<S>;
+  SwigluStages<S> st;
+  st.gate = project(x, lw.w_gate);
+  st.up = project(x, lw.w_up);
+  st.act.resize(st.gate.rows(), st.gate.cols());
+  for (Eigen::Index i = 0; i < st.gate.size(); ++i) {
+    const Acc z = static_cast<Acc>(st.gate.data()[i]);
+    st.act.data()[i] = static_cast<S>(z / (Acc(1) + std::exp(-z)) * static_cast<Acc>(st.up.data()[i]));  // silu(z) * u
+  }
+  st.out = project(st.act, lw.w_down);
+  return st;
+}
+
 template <typename S>
 Mat<S> swiglu(const LayerWeights<S>& lw, const Mat<S>& x) {
-  using Acc = AccumT<S>;
-  Mat<S> g = project(x, lw.w_gate);
-  const Mat<S> u = project(x, lw.w_up);
-  for (Eigen::Index i = 0; i < g.size(); ++i) {
-    const Acc z = static_cast<Acc>(g.data()[i]);
-    g.data()[i] = static_cast<S>(z / (Acc(1) + std::exp(-z)) * static_cast<Acc>(u.data()[i]));  // silu(z) * u
-  }
-  return project(g, lw.w_down);
+  return swiglu_stages(lw, x).out;
 }
 
 template <typename S>
