@@ -325,6 +325,152 @@ class GoldenTest(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
 
 
+GRAD_TENSORS = ("dq", "dq_out", "dk", "dv")
+ALL_TENSORS = ("o", "o_out", "lse", "lse_out") + GRAD_TENSORS
+
+
+def check_json(suite, actual, *extra):
+    p = run("check", "--suite", suite, "--actual-dir", actual, "--json", *extra, check=False)
+    return p.returncode, json.loads(p.stdout)
+
+
+class GradSuiteTest(unittest.TestCase):
+    """`orthros golden --grad` suites judged end to end with the NumPy port's hand-written backward."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dirs, cls.results = {}, {}
+        for dt in ("f64", "f32", "bf16", "f16"):
+            d = os.path.join(cls.tmp.name, "grad_" + dt)
+            run("golden", "--grad", "--out", d, "--dtype", dt, "--seed", "11")
+            cls.dirs[dt] = d
+            cls.results[dt] = os.path.join(cls.tmp.name, "np_grad_" + dt)
+            port(d, cls.results[dt])
+        cls.bug = os.path.join(cls.tmp.name, "np_grad_bug")
+        port(cls.dirs["bf16"], cls.bug, bug="window-off-by-one")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def manifest(self, dt):
+        with open(os.path.join(self.dirs[dt], "manifest.json")) as f:
+            return json.load(f)
+
+    def test_suite_holds_upstream_and_expected_gradients(self):
+        m = self.manifest("bf16")
+        self.assertIs(m.get("grad"), True)
+        for c in m["cases"]:
+            t, _ = st_io.read(os.path.join(self.dirs["bf16"], c["file"]))
+            e, _ = st_io.read(os.path.join(self.dirs["bf16"], c["expected"]))
+            T, P, T_out, Hq, Hkv, D = (c[n] for n in ("T", "P", "T_out", "H_q", "H_kv", "D"))
+            self.assertEqual(t["do"].shape, (T, Hq, D), c["name"])
+            self.assertEqual(t["do_out"].shape, (T_out, Hq, D), c["name"])
+            self.assertTrue(np.all(np.isfinite(t["do"])) and np.any(t["do"] != 0), c["name"])
+            for n, shape in (("dq", (T, Hq, D)), ("dq_out", (T_out, Hq, D)), ("dk", (P + T, Hkv, D)),
+                             ("dv", (P + T, Hkv, D))):
+                self.assertEqual(e[n].shape, shape, (c["name"], n))
+                self.assertEqual(e[n].dtype, np.float64, (c["name"], n))
+        # a forward-only suite has no upstream gradients: the port then writes the forward only
+        fwd = os.path.join(self.tmp.name, "fwd_only")
+        run("golden", "--out", fwd, "--dtype", "f32", "--seed", "11")
+        out = os.path.join(self.tmp.name, "np_fwd_only")
+        port(fwd, out)
+        r, _ = st_io.read(os.path.join(out, "pt.safetensors"))
+        self.assertEqual(sorted(r), ["lse", "lse_out", "o", "o_out"])
+
+    def test_numpy_port_passes_all_eight_tensors_every_dtype(self):
+        for dt, d in self.dirs.items():
+            rc, r = check_json(d, self.results[dt])
+            bad = [(c["name"], t["name"]) for c in r["cases"] for t in c["tensors"] if not t["pass"]]
+            self.assertEqual((rc, r["failed"], bad), (0, 0, []), dt)
+            for c in r["cases"]:
+                self.assertEqual(tuple(t["name"] for t in c["tensors"]), ALL_TENSORS, (dt, c["name"]))
+
+    def test_numpy_backward_agrees_with_the_oracle_in_f64(self):
+        # The f64 suite's bound is rel 1e-12: two independent float64 backwards (dense NumPy, the
+        # oracle's per-row loops) agree to rounding; say how close, so a regression shows.
+        d = self.dirs["f64"]
+        for c in self.manifest("f64")["cases"]:
+            e, _ = st_io.read(os.path.join(d, c["expected"]))
+            a, _ = st_io.read(os.path.join(self.results["f64"], c["name"] + ".safetensors"))
+            for n in GRAD_TENSORS:
+                if e[n].size:
+                    scale = max(np.abs(e[n]).max(), 1e-300)
+                    self.assertLess(np.abs(a[n] - e[n]).max() / scale, 1e-12, (c["name"], n))
+
+    def test_window_off_by_one_fails_in_the_gradients(self):
+        d = self.dirs["bf16"]
+        rc, r = check_json(d, self.bug)
+        self.assertEqual(rc, 1)
+        failed_grads = set()
+        for c in r["cases"]:
+            t = {x["name"]: x for x in c["tensors"]}
+            wrong = [p for p in range(c["P"] + 1, c["P"] + c["T"] + 1) if p > c["window"]]  # rows t > w
+            # the output stream's query gradient never sees the window: it passes
+            self.assertTrue(t["dq_out"]["pass"], c["name"])
+            # dq of a base row depends only on that row's window: blamed rows are rows t > w, named
+            self.assertTrue(set(t["dq"]["bad_positions"]) <= set(wrong), c["name"])
+            if not wrong:  # t <= w everywhere: a window cannot be off by one, all eight pass
+                self.assertEqual(c["status"], "pass", c["name"])
+                continue
+            if c["name"] != "edge_large_logits":  # there the extra key matters only where it is the max score
+                self.assertFalse(t["dq"]["pass"], c["name"])
+                self.assertEqual(t["dq"]["bad_positions"], wrong[:len(t["dq"]["bad_positions"])], c["name"])
+                self.assertEqual(t["dq"]["bad_row_count"], len(wrong), c["name"])
+            for n in GRAD_TENSORS:
+                if not t[n]["pass"]:
+                    failed_grads.add(n)
+                    self.assertGreater(t[n]["bad_row_count"], 0, (c["name"], n))  # the wrong rows are named
+                    self.assertTrue(t[n]["bad_positions"], (c["name"], n))
+        self.assertEqual(failed_grads, {"dq", "dk", "dv"})
+        text = run("check", "--suite", d, "--actual-dir", self.bug, "--only", "edge_window_probe", check=False).stdout
+        self.assertIn("dq: 4 of 8 rows over the abs bound or non-finite: rows 4-7 = positions t = 5-8", text)
+        self.assertIn("0 passed, 1 failed", text)
+
+    def test_backward_only_mistake_fails_only_dk_dv(self):
+        # A port whose forward is right but whose dk/dv forget the output stream's share (the
+        # keys are read by both streams, so their gradients add): only dk and dv fail, at every
+        # key row an output query sees.
+        d = self.dirs["f32"]
+        sys.path.insert(0, PORT_DIR)
+        import numpy_port
+        out = os.path.join(self.tmp.name, "np_grad_no_out_stream")
+        os.makedirs(out, exist_ok=True)
+        case = "edge_cache_sft"
+        t, meta = st_io.read(os.path.join(d, "cases", case + ".safetensors"))
+        r, _ = st_io.read(os.path.join(self.results["f32"], case + ".safetensors"))
+        scale = 1 / np.sqrt(t["q"].shape[2])
+        g = numpy_port.attention_backward(t["q"], t["k"], t["v"], t["q_out"], t["do"], np.zeros_like(t["do_out"]),
+                                          int(meta["window"]), scale)
+        r = dict(r, dk=g["dk"], dv=g["dv"])
+        st_io.write(os.path.join(out, case + ".safetensors"), r, dtype="F32")
+        rc, rep = check_json(d, out, "--only", case)
+        self.assertEqual(rc, 1)
+        c = rep["cases"][0]
+        self.assertEqual([x["name"] for x in c["tensors"] if not x["pass"]], ["dk", "dv"])
+        dk = next(x for x in c["tensors"] if x["name"] == "dk")
+        self.assertEqual(dk["bad_row_count"], c["P"] + c["T"])  # every key row is seen by an output query
+
+    def test_summary_names_failing_gradient_tensors(self):
+        summ = os.path.join(PORT_DIR, "summarize_checks.py")
+        rep = os.path.join(self.tmp.name, "bug.json")
+        with open(rep, "w") as f:
+            f.write(run("check", "--suite", self.dirs["bf16"], "--actual-dir", self.bug, "--json", check=False).stdout)
+        p = subprocess.run([sys.executable, summ, rep, "--label", "bug", "--bug"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"failing tensors: o \(\d+\), lse \(\d+\), dq \(\d+\), dk \(\d+\), dv \(\d+\)")
+        # --bug on a report where every gradient passes: the broken port was not caught in them
+        ok = os.path.join(self.tmp.name, "ok.json")
+        with open(ok, "w") as f:
+            f.write(run("check", "--suite", self.dirs["bf16"], "--actual-dir", self.results["bf16"], "--json").stdout)
+        p = subprocess.run([sys.executable, summ, ok, "--label", "ok", "--bug"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("not caught in the gradients", p.stderr)
+        self.assertIn("failing tensors: none", p.stdout)
+
+
 class RunOnGpuScriptTest(unittest.TestCase):
     """examples/pytorch_port/run_on_gpu.sh's exit status, with stand-ins for PyTorch (none needed here)."""
 
@@ -333,8 +479,12 @@ class RunOnGpuScriptTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.suite = os.path.join(cls.tmp.name, "golden")
         run("golden", "--out", cls.suite, "--dtype", "f32", "--seed", "3")
+        cls.grad_suite = os.path.join(cls.tmp.name, "golden_grad")
+        run("golden", "--grad", "--out", cls.grad_suite, "--dtype", "bf16", "--seed", "3")
         # A "python" whose torch_port.py is the NumPy port (--backend dropped); FAKE_PORT_FAIL=1
-        # makes every port run fail without writing results.
+        # makes every port run fail without writing results; FAKE_FIX_BUG=1 drops --bug (a
+        # "broken" port that is not broken, which the checks must report). Other scripts
+        # (summarize_checks.py) run with this interpreter.
         cls.fake = os.path.join(cls.tmp.name, "fake_python")
         with open(cls.fake, "w") as f:
             f.write(f"""#!{sys.executable}
@@ -343,9 +493,14 @@ a = sys.argv[1:]
 if a[0] == "-c":
     print("torch stand-in")
     sys.exit(0)
+if not a[0].endswith("torch_port.py"):
+    os.execv(sys.executable, [sys.executable] + a)
 if os.environ.get("FAKE_PORT_FAIL"):
     sys.exit(1)
 a = a[1:]
+if os.environ.get("FAKE_FIX_BUG") and "--bug" in a:
+    i = a.index("--bug")
+    del a[i:i + 2]
 i = a.index("--backend")
 del a[i:i + 2]
 os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py")!r}] + a)
@@ -361,9 +516,9 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def script(self, out, **env):
+    def script(self, out, *suites, **env):
         e = dict(os.environ, ORTHROS=ORTHROS, **env)
-        return subprocess.run(["bash", os.path.join(PORT_DIR, "run_on_gpu.sh"), out, self.suite],
+        return subprocess.run(["bash", os.path.join(PORT_DIR, "run_on_gpu.sh"), out, *(suites or [self.suite])],
                               capture_output=True, text=True, env=e)
 
     def test_missing_torch_is_an_error(self):
@@ -376,6 +531,30 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
         p = self.script(os.path.join(self.tmp.name, "out_ok"), PYTHON=self.fake)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("check golden.sdpa-bug: ", p.stdout)
+
+    def test_gradient_suite_is_judged_on_eight_tensors_and_the_bug_caught_in_them(self):
+        out = os.path.join(self.tmp.name, "out_grad")
+        p = self.script(out, self.suite, self.grad_suite, PYTHON=self.fake, VARIANTS="sdpa flex-bug",
+                        RESULTS_ARCHIVE="0")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "torch_results.tar.gz")))
+        with open(os.path.join(out, "checks.jsonl")) as f:
+            rows = {r["label"]: r["report"] for r in map(json.loads, f)}
+        self.assertEqual(sorted(rows), ["golden.flex-bug", "golden.sdpa", "golden_grad.flex-bug", "golden_grad.sdpa"])
+        names = lambda rep: {t["name"] for c in rep["cases"] for t in c["tensors"]}  # noqa: E731
+        self.assertEqual(names(rows["golden.sdpa"]), {"o", "o_out", "lse", "lse_out"})
+        self.assertEqual(names(rows["golden_grad.sdpa"]), set(ALL_TENSORS))
+        self.assertTrue(rows["golden_grad.sdpa"]["pass"])
+        self.assertIn("golden_grad.flex-bug: ", p.stdout)
+        self.assertRegex(p.stdout, r"golden_grad.flex-bug: \d+ passed, \d+ failed; failing tensors: .*dq \(")
+        table = subprocess.run([sys.executable, os.path.join(PORT_DIR, "summarize_checks.py"), "--table",
+                                os.path.join(out, "checks.jsonl")], capture_output=True, text=True, check=True).stdout
+        self.assertIn("| golden_grad.sdpa | 32 passed, 0 failed |", table)
+        # a "-bug" variant that is not broken is not caught: the script fails
+        p = self.script(os.path.join(self.tmp.name, "out_nobug"), self.grad_suite, PYTHON=self.fake,
+                        VARIANTS="sdpa-bug", RESULTS_ARCHIVE="0", FAKE_FIX_BUG="1")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("FAILED: check golden_grad.sdpa-bug exited 0 (want 1)", p.stderr)
 
     def test_failing_port_runs_exit_nonzero(self):
         p = self.script(os.path.join(self.tmp.name, "out_fail"), PYTHON=self.fake, FAKE_PORT_FAIL="1")
