@@ -1,9 +1,11 @@
 // `orthros check`: validates a port's attention outputs against the float64 oracle under SPEC §6.
 //   orthros check --case CASE --actual RESULT [--expected EXPECTED] [--dtype X] [--json]
 //   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--json]
-// Per tensor (o, o_out, lse, lse_out): relative Frobenius error, max abs error, max relative
-// error, worst index [t, h, d], NaN/Inf counts, the rows over the abs bound with their absolute
-// positions, pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 when a
+// Per tensor (o, o_out, lse, lse_out; and dq, dq_out, dk, dv when the expected results hold
+// gradients: a suite written with `orthros golden --grad`, or a --case holding do/do_out):
+// relative Frobenius error, max abs error, max relative error, worst index [t, h, d], NaN/Inf
+// counts, the rows over the abs bound with their absolute positions (dk/dv rows are cache rows:
+// row i is position i+1), pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 when a
 // result of the port is missing, unreadable, incomplete or wrong, 2 (orthros::Error, one line
 // from main) when an input of the check itself is bad: usage, the case file, --expected, the suite
 // (manifest, case and expected files) or a missing --actual-dir.
@@ -37,22 +39,24 @@ struct CaseReport {
   std::int64_t T = 0, P = 0, T_out = 0, Hq = 0, Hkv = 0, D = 0, window = 0;
   std::vector<check::TensorReport> tensors;
   bool pass = false, skipped = false;
+  bool grad = false;  ///< gradients judged too (the expected results hold dq, dq_out, dk, dv)
 };
 
 /// Absolute (1-based) position of row `row` of tensor `name` (SPEC §2: base row i is position
-/// P+i+1, output row i is position P+T-T_out+i+1).
+/// P+i+1, output row i is position P+T-T_out+i+1, dk/dv row i is position i+1).
 std::int64_t position(const CaseReport& c, const std::string& name, std::int64_t row) {
-  const bool out = name == "o_out" || name == "lse_out";
-  return (out ? c.P + c.T - c.T_out : c.P) + row + 1;
+  return portkit::row_position(name, row, c.P, c.T, c.T_out);
 }
 
-/// Compares each output of `actual` with `expected` (F64) under SPEC §6; fills c.tensors, c.pass.
+/// Compares each output (and gradient, when `expected.grad`) of `actual` with `expected` (F64)
+/// under SPEC §6; fills c.tensors, c.pass. \throws orthros::Error naming a missing tensor.
 void compare_outputs(CaseReport& c, const portkit::Expected& expected, const st::File& actual) {
   c.pass = true;
-  for (const char* n : portkit::output_names()) {
+  for (const std::string& n : expected.names()) {
     const st::Tensor& ref = expected.file.tensors.at(n);
     auto it = actual.tensors.find(n);
-    require(it != actual.tensors.end(), "the result file has no tensor \"", n, "\" (needs o, o_out, lse, lse_out)");
+    require(it != actual.tensors.end(), "the result file has no tensor \"", n, "\" (needs o, o_out, lse, lse_out",
+            expected.grad ? "; the expected results include gradients, so also dq, dq_out, dk, dv" : "", ")");
     check::TensorReport r = check::compare(n, portkit::values(it->second), it->second.shape, portkit::values(ref),
                                            ref.shape, expected.dtype, expected.oracle_err.at(n));
     c.pass = c.pass && r.pass;
@@ -93,9 +97,10 @@ std::string ranges(const std::vector<std::int64_t>& rows, std::int64_t offset) {
 
 void print_case(const CaseReport& c) {
   const char* tag = c.skipped ? "SKIP" : (c.pass ? "PASS" : "FAIL");
-  std::printf("[%s] %s  (%s%sT=%lld P=%lld T_out=%lld H_q=%lld H_kv=%lld D=%lld w=%lld, %s)\n", tag, c.name.c_str(),
-              c.regime.c_str(), c.regime.empty() ? "" : ", ", (long long)c.T, (long long)c.P, (long long)c.T_out,
-              (long long)c.Hq, (long long)c.Hkv, (long long)c.D, (long long)c.window, c.dtype.c_str());
+  std::printf("[%s] %s  (%s%sT=%lld P=%lld T_out=%lld H_q=%lld H_kv=%lld D=%lld w=%lld, %s%s)\n", tag,
+              c.name.c_str(), c.regime.c_str(), c.regime.empty() ? "" : ", ", (long long)c.T, (long long)c.P,
+              (long long)c.T_out, (long long)c.Hq, (long long)c.Hkv, (long long)c.D, (long long)c.window,
+              c.dtype.c_str(), c.grad ? ", with gradients" : "");
   if (!c.error.empty()) {
     std::printf("    error: %s\n", c.error.c_str());
     return;
@@ -173,6 +178,7 @@ json case_json(const CaseReport& c) {
   json j{{"name", c.name}, {"regime", c.regime}, {"dtype", c.dtype}, {"T", c.T}, {"P", c.P}, {"T_out", c.T_out},
          {"H_q", c.Hq}, {"H_kv", c.Hkv}, {"D", c.D}, {"window", c.window},
          {"status", c.skipped ? "skipped" : (c.pass ? "pass" : "fail")}, {"tensors", t}};
+  if (c.grad) j["grad"] = true;  // only then: forward-only reports keep their keys
   if (!c.error.empty()) j["error"] = c.error;
   return j;
 }
@@ -265,8 +271,13 @@ int run_case(const Args& a) {
     e = with_context("--case " + a.case_path, [&] { return portkit::compute_expected(cf, dt); });
   }
   if (!a.expected.empty()) {  // an expected file of another case would blame the port for shapes
-    const std::map<std::string, std::vector<std::int64_t>> want{
+    std::map<std::string, std::vector<std::int64_t>> want{
         {"o", {c.T, c.Hq, c.D}}, {"o_out", {c.T_out, c.Hq, c.D}}, {"lse", {c.T, c.Hq}}, {"lse_out", {c.T_out, c.Hq}}};
+    if (e.grad) {
+      want["dq"] = {c.T, c.Hq, c.D};
+      want["dq_out"] = {c.T_out, c.Hq, c.D};
+      want["dk"] = want["dv"] = {c.P + c.T, c.Hkv, c.D};
+    }
     for (const auto& [n, shape] : want)
       require(e.file.tensors.at(n).shape == shape, "--expected ", a.expected, ": tensor \"", n, "\" has shape ",
               index_str(e.file.tensors.at(n).shape), " but --case ", a.case_path, " needs ", index_str(shape),
@@ -274,6 +285,7 @@ int run_case(const Args& a) {
   }
   if (!a.dtype.empty()) e.dtype = a.dtype;
   c.dtype = e.dtype;
+  c.grad = e.grad;
   check_result(c, e, a.actual);
   return finish({c}, a.json);
 }
@@ -314,8 +326,11 @@ int run_suite(const Args& a) {
     } catch (const json::exception& err) {
       throw Error(detail::cat((root / "manifest.json").string(), ": bad case entry \"", c.name, "\": ", err.what()));
     }
+    require(!m.value("grad", false) || e.grad, "suite ", a.suite, ", case ", c.name,
+            ": the manifest says \"grad\": true but the expected file has no gradients (dq, dq_out, dk, dv)");
     if (!a.dtype.empty()) e.dtype = a.dtype;
     c.dtype = e.dtype;
+    c.grad = e.grad;
     const fs::path actual = fs::path(a.actual_dir) / (c.name + ".safetensors");
     if (!fs::exists(actual)) {
       c.skipped = a.skip_missing;

@@ -1,8 +1,13 @@
-// `orthros golden --out DIR [--dtype f64|f32|bf16|f16] [--config tiny|qwen3-8b|llama3.1-8b] [--seed S]`:
+// `orthros golden --out DIR [--dtype f64|f32|bf16|f16] [--config tiny|qwen3-8b|llama3.1-8b] [--seed S] [--grad]`:
 // writes the versioned golden suite a port validates against (issue 3; docs/porting.md):
 //   DIR/manifest.json              every case: files, regime, group, shapes, dtype, tolerance
 //   DIR/cases/NAME.safetensors     inputs (SPEC §5): q, k, v, q_out in the suite dtype; window[, scale]
 //   DIR/expected/NAME.safetensors  float64 oracle outputs o, o_out, lse, lse_out + E_X per tensor
+// With --grad (issue 8) every case also holds the upstream gradients do [T,H_q,D] and do_out
+// [T_out,H_q,D] (suite dtype, seeded, never zero) and its expected file the float64 gradients
+// dq, dq_out, dk, dv + E_X per gradient; the manifest says "grad": true. Without --grad the
+// suite's bytes are exactly those of the forward-only suite (the gradients' generator is a
+// separate stream, so q, k, v, q_out do not change).
 // Inputs come from a portable generator (splitmix64) seeded by (seed, case name), so a case's
 // bytes depend only on the seed, dtype, config and its own definition: regenerating gives
 // identical bytes, and adding a case never changes the others.
@@ -72,9 +77,14 @@ Mat<double> random_mat(Index rows, Index cols, SplitMix& g, double amp) {
 /// the PT case's (a port can check its regimes agree, as SPEC §4 requires of the oracle).
 struct Sequence {
   Mat<double> q, k, v, q_out;  // [N, H_q*D], [N, H_kv*D], [N, H_kv*D], [N, H_q*D]
+  Mat<double> dout, dout_out;  // upstream gradients dL/do, dL/do_out at every position: [N, H_q*D] each
   AttentionDims dims;
 };
 
+/// The inputs of a sequence from the SplitMix stream seeded by (seed, name), and its upstream
+/// gradients from a second stream seeded by (seed, name + "/grad"): magnitudes in [0.05, 1), so
+/// never zero in any dtype. The second stream leaves q, k, v, q_out (and so the bytes of a suite
+/// without --grad) unchanged.
 Sequence make_sequence(std::uint64_t seed, const std::string& name, Index N, const AttentionDims& d, double amp) {
   SplitMix g{seed ^ fnv1a(name)};
   Sequence s;
@@ -83,6 +93,9 @@ Sequence make_sequence(std::uint64_t seed, const std::string& name, Index N, con
   s.k = random_mat(N, Index(d.num_kv_heads) * d.head_dim, g, amp);
   s.v = random_mat(N, Index(d.num_kv_heads) * d.head_dim, g, 1.0);
   s.q_out = random_mat(N, Index(d.num_q_heads) * d.head_dim, g, amp);
+  SplitMix gg{seed ^ fnv1a(name + "/grad")};
+  s.dout = random_mat(N, Index(d.num_q_heads) * d.head_dim, gg, 1.0);
+  s.dout_out = random_mat(N, Index(d.num_q_heads) * d.head_dim, gg, 1.0);
   return s;
 }
 
@@ -91,6 +104,7 @@ struct CaseSpec {
   std::string name, regime, group, description;
   int group_index = -1, group_size = 0;
   Mat<double> q, k, v, q_out;
+  Mat<double> dout, dout_out;  // upstream gradients, rows of the sequence's (written with --grad only)
   AttentionDims dims;
   AttentionOptions opt;
 };
@@ -104,6 +118,8 @@ CaseSpec slice(const Sequence& s, Index P, Index T, Index T_out, std::int64_t wi
   c.k = s.k.topRows(P + T);
   c.v = s.v.topRows(P + T);
   c.q_out = s.q_out.middleRows(P + T - T_out, T_out);
+  c.dout = s.dout.middleRows(P, T);  // same rows as q / q_out: a position's dL/do is the same in every regime
+  c.dout_out = s.dout_out.middleRows(P + T - T_out, T_out);
   return c;
 }
 
@@ -237,6 +253,7 @@ json shape_json(const st::Tensor& t) { return json(t.shape); }
 struct Args {
   std::string out, dtype = "f32", config = "tiny";
   std::uint64_t seed = 20261013;
+  bool grad = false;  // --grad: upstream gradients in the cases, expected gradients (issue 8)
 };
 
 int run_golden(const Args& a) {
@@ -260,6 +277,11 @@ int run_golden(const Args& a) {
     cf.metadata["case"] = c.name;
     cf.metadata["regime"] = c.regime;
     cf.metadata["dtype"] = a.dtype;
+    if (a.grad) {
+      const std::int64_t Hq = c.dims.num_q_heads, D = c.dims.head_dim;
+      cf.tensors["do"] = st::from_matrix<double>(c.dout, {c.dout.rows(), Hq, D}, dt);
+      cf.tensors["do_out"] = st::from_matrix<double>(c.dout_out, {c.dout_out.rows(), Hq, D}, dt);
+    }
     const portkit::Expected e = portkit::compute_expected(cf, a.dtype);
     const std::string case_rel = "cases/" + c.name + ".safetensors", exp_rel = "expected/" + c.name + ".safetensors";
     st::write_file((root / case_rel).string(), cf);
@@ -271,7 +293,9 @@ int run_golden(const Args& a) {
     json shapes, abs_tol, errs;
     std::string abs_note;  // "n/a (...)" when the naive oracle at the dtype overflows on this case
     for (const char* t : {"q", "k", "v", "q_out"}) shapes[t] = shape_json(cf.tensors.at(t));
-    for (const char* t : portkit::output_names()) {
+    if (a.grad)
+      for (const char* t : portkit::upstream_names()) shapes[t] = shape_json(cf.tensors.at(t));
+    for (const std::string& t : e.names()) {
       shapes[t] = shape_json(ef.tensors.at(t));
       const check::AbsBaseline& b = e.oracle_err.at(t);
       abs_tol[t] = b.maxabs ? json(check::abs_tolerance(*b.maxabs)) : json(nullptr);
@@ -307,7 +331,9 @@ int run_golden(const Args& a) {
       {"spec", "SPEC.md §5 (files), §6 (tolerance); docs/porting.md"},
       {"seed", a.seed},
       {"dtype", a.dtype},
-      {"config", a.config},
+      {"config", a.config}};
+  if (a.grad) manifest["grad"] = true;  // only with --grad: the forward-only suite keeps its bytes
+  json rest = {
       {"layout",
        {{"case", "cases/NAME.safetensors: q [T,H_q,D], k [P+T,H_kv,D], v [P+T,H_kv,D], q_out [T_out,H_q,D] in "
                  "dtype; __metadata__ window (keys, current token included), optional scale"},
@@ -322,19 +348,30 @@ int run_golden(const Args& a) {
                           {"finite", "no NaN/Inf in any output"}}},
       {"groups", groups},
       {"cases", cases}};
+  if (a.grad) {
+    rest["layout"]["gradients"] =
+        "--grad: cases also hold do [T,H_q,D] = dL/do and do_out [T_out,H_q,D] = dL/do_out in dtype; expected "
+        "files also hold dq [T,H_q,D], dq_out [T_out,H_q,D], dk [P+T,H_kv,D], dv [P+T,H_kv,D] in F64 (dk/dv sum "
+        "both streams and every query head of the GQA group; cache rows no query sees are 0) with "
+        "oracle_at_dtype_maxabs.<tensor>; a port's result adds dq, dq_out, dk, dv; dk/dv row i is position i+1";
+    rest["tolerance_rule"]["gradients"] = "dq, dq_out, dk, dv: the same rel/abs/finite rule, per tensor, with their own "
+                                          "oracle_at_dtype_maxabs (oracle forward + backward at the dtype)";
+  }
+  for (auto it = rest.begin(); it != rest.end(); ++it) manifest[it.key()] = it.value();
   std::ofstream mf(root / "manifest.json", std::ios::binary | std::ios::trunc);
   require(static_cast<bool>(mf), "--out: cannot write ", (root / "manifest.json").string());
   mf << manifest.dump(2) << "\n";
   require(static_cast<bool>(mf), "--out: failed writing ", (root / "manifest.json").string());
-  std::printf("orthros golden: %d cases (suite v%d, dtype %s, config %s, seed %llu) -> %s\n", n, kSuiteVersion,
-              a.dtype.c_str(), a.config.c_str(), static_cast<unsigned long long>(a.seed), a.out.c_str());
+  std::printf("orthros golden: %d cases (suite v%d, dtype %s, config %s, seed %llu%s) -> %s\n", n, kSuiteVersion,
+              a.dtype.c_str(), a.config.c_str(), static_cast<unsigned long long>(a.seed),
+              a.grad ? ", with gradients" : "", a.out.c_str());
   return 0;
 }
 
 const bool reg = add_command(
     "golden",
     "Write the golden suite a port validates against: SPEC §5 cases for every regime and edge, float64 "
-    "expected results, manifest.json with the SPEC §6 tolerance of each case",
+    "expected results, manifest.json with the SPEC §6 tolerance of each case (--grad: and the backward)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<Args>();
       sub.add_option("--out", a->out, "output directory (created; files in it are overwritten)")->required();
@@ -343,6 +380,9 @@ const bool reg = add_command(
       sub.add_option("--config", a->config, "attention shapes of the regime cases (SPEC §7; default tiny)")
           ->check(CLI::IsMember({"tiny", "qwen3-8b", "llama3.1-8b"}));
       sub.add_option("--seed", a->seed, "seed of the inputs (default 20261013)");
+      sub.add_flag("--grad", a->grad,
+                   "also write the upstream gradients do, do_out (cases) and the expected gradients dq, dq_out, dk, "
+                   "dv with their E_X (expected files), for training kernels (issue 8)");
       return [a]() -> int { return run_golden(*a); };
     });
 

@@ -2,9 +2,17 @@
 /// \brief Shared by `orthros golden` and `orthros check` (issue 3): the expected results of an
 /// attention case under SPEC §6 — the float64 oracle's outputs and, per output tensor, the max
 /// abs error of the oracle run at the port's dtype (the `E_X` of the max-abs criterion).
+///
+/// Gradients (issue 8): a case file that also holds the upstream gradients `do` `[T, H_q, D]`
+/// and `do_out` `[T_out, H_q, D]` (written by `orthros golden --grad`) gets the expected
+/// gradients `dq` `[T, H_q, D]`, `dq_out` `[T_out, H_q, D]`, `dk` and `dv` `[P+T, H_kv, D]`
+/// (float64 oracle, orthros_attention_backward in attention_backward.hpp), each with its own E_X:
+/// the max abs error of the oracle at the dtype (orthros_attention<S> then
+/// orthros_attention_backward<S> on the inputs and upstream gradients in S) against float64.
 #pragma once
 
 #include "orthros/attention.hpp"
+#include "orthros/attention_backward.hpp"
 #include "orthros/case_io.hpp"
 #include "orthros/check.hpp"
 #include "orthros/safetensors.hpp"
@@ -12,8 +20,11 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace orthros::portkit {
 
@@ -23,11 +34,44 @@ inline const std::array<const char*, 4>& output_names() {
   return n;
 }
 
+/// Names of the four gradient tensors (issue 8), in report order: dq `[T, H_q, D]`,
+/// dq_out `[T_out, H_q, D]`, dk `[P+T, H_kv, D]`, dv `[P+T, H_kv, D]`.
+inline const std::array<const char*, 4>& grad_names() {
+  static const std::array<const char*, 4> n{"dq", "dq_out", "dk", "dv"};
+  return n;
+}
+
+/// Names of the upstream gradients a gradient case holds: do `[T, H_q, D]` = dL/do and
+/// do_out `[T_out, H_q, D]` = dL/do_out.
+inline const std::array<const char*, 2>& upstream_names() {
+  static const std::array<const char*, 2> n{"do", "do_out"};
+  return n;
+}
+
+/// Absolute (1-based) position of row `row` of result tensor `name` in a case with P cached
+/// tokens, T base tokens and T_out output tokens (SPEC §2): base rows (o, lse, dq) are position
+/// P+row+1, output rows (o_out, lse_out, dq_out) P+T-T_out+row+1, and cache rows (dk, dv: the
+/// rows of k/v) row+1.
+inline std::int64_t row_position(const std::string& name, std::int64_t row, std::int64_t P, std::int64_t T,
+                                 std::int64_t T_out) {
+  if (name == "o_out" || name == "lse_out" || name == "dq_out") return P + T - T_out + row + 1;
+  if (name == "dk" || name == "dv") return row + 1;
+  return P + row + 1;
+}
+
 /// Expected outputs of a case: float64 tensors in the result-file layout plus E_X per tensor.
 struct Expected {
-  st::File file;                                     ///< o, o_out, lse, lse_out as F64 (+ metadata)
+  st::File file;                                     ///< o, o_out, lse, lse_out (+ dq, dq_out, dk, dv) as F64 (+ metadata)
   std::map<std::string, check::AbsBaseline> oracle_err;  ///< tensor name -> E_X (0 for f64), or n/a
   std::string dtype;                                 ///< the dtype whose tolerance applies
+  bool grad = false;                                 ///< holds the gradients dq, dq_out, dk, dv
+  /// The tensors a port's result must hold, in report order: output_names(), then grad_names()
+  /// when `grad`.
+  std::vector<std::string> names() const {
+    std::vector<std::string> n(output_names().begin(), output_names().end());
+    if (grad) n.insert(n.end(), grad_names().begin(), grad_names().end());
+    return n;
+  }
 };
 
 /// Metadata key under which an expected file stores E_X of tensor `name` ("n/a" when the naive
@@ -65,9 +109,40 @@ inline st::DType parse_check_dtype(const std::string& s) {
   throw Error("dtype must be one of f64, f32, bf16, f16 (got \"" + s + "\")");
 }
 
-namespace detail {
+/// True when `case_file` holds the upstream gradients `do` and `do_out` (a gradient case).
+/// \throws orthros::Error if it holds only one of them (named).
+inline bool has_upstream(const st::File& case_file) {
+  const bool d = case_file.tensors.count("do") > 0, dout = case_file.tensors.count("do_out") > 0;
+  require(d == dout, "a gradient case needs both upstream gradients \"do\" [T, H_q, D] and \"do_out\" [T_out, H_q, D]; ",
+          "it has only \"", d ? "do" : "do_out", "\"");
+  return d;
+}
+
+/// The upstream gradients of a gradient case, converted to S (exact when the file stores S):
+/// `do` `[T, H_q*D]`, `do_out` `[T_out, H_q*D]` (Mat layout), shapes checked against case `c`.
+/// \throws orthros::Error if a tensor is missing or its shape is not `[T, H_q, D]` /
+/// `[T_out, H_q, D]` (named, with both shapes). Non-finite values are rejected later by
+/// orthros_attention_backward.
 template <typename S>
-void oracle_errors(const st::File& case_file, const AttentionResult<double>& ref,
+std::pair<Mat<S>, Mat<S>> load_upstream(const st::File& case_file, const AttentionCase<S>& c) {
+  auto get = [&](const char* name, std::int64_t rows, const char* doc) -> Mat<S> {
+    auto it = case_file.tensors.find(name);
+    require(it != case_file.tensors.end(), "missing tensor \"", name, "\" ", doc);
+    const std::vector<std::int64_t> want{rows, c.dims.num_q_heads, c.dims.head_dim};
+    require(it->second.shape == want, "tensor \"", name, "\" must be ", doc, " = ", st::shape_string(want),
+            " (from q and q_out); got ", st::shape_string(it->second.shape));
+    return st::to_matrix<S>(it->second, name);
+  };
+  return {get("do", c.T, "[T, H_q, D]"), get("do_out", c.T_out, "[T_out, H_q, D]")};
+}
+
+namespace detail {
+/// E_X of every tensor of the case at S: the oracle at S (orthros_attention<S>, and when `gref`
+/// is given orthros_attention_backward<S> on the upstream gradients in S) against the float64
+/// results `ref` / `gref`. A forward overflow at S makes every E_X n/a; a gradient overflow (the
+/// forward at S being finite) makes the four gradients' E_X n/a.
+template <typename S>
+void oracle_errors(const st::File& case_file, const AttentionResult<double>& ref, const AttentionGrads<double>* gref,
                    std::map<std::string, check::AbsBaseline>& err) {
   const AttentionCase<S> c = load_attention_case<S>(case_file);
   AttentionResult<S> low;
@@ -76,13 +151,29 @@ void oracle_errors(const st::File& case_file, const AttentionResult<double>& ref
   } catch (const Error& e) {
     if (!check::is_oracle_overflow(e)) throw;
     // No finite naive answer at S: E_X does not exist, criterion 2 is n/a (check.hpp).
-    for (const char* n : {"o", "o_out", "lse", "lse_out"}) err[n] = check::overflow_baseline(dtype_name<S>(), e);
+    for (const char* n : output_names()) err[n] = check::overflow_baseline(dtype_name<S>(), e);
+    if (gref)  // the backward at S needs the forward at S: no finite naive gradients either
+      for (const char* n : grad_names()) err[n] = check::overflow_baseline(dtype_name<S>(), e);
     return;
   }
   err["o"] = check::AbsBaseline::of(check::max_abs_diff(low.o, ref.o));
   err["o_out"] = check::AbsBaseline::of(check::max_abs_diff(low.o_out, ref.o_out));
   err["lse"] = check::AbsBaseline::of(check::max_abs_diff(low.lse, ref.lse));
   err["lse_out"] = check::AbsBaseline::of(check::max_abs_diff(low.lse_out, ref.lse_out));
+  if (!gref) return;
+  const auto [dout, dout_out] = load_upstream<S>(case_file, c);
+  AttentionGrads<S> g;
+  try {
+    g = orthros_attention_backward<S>(c.q, c.k, c.v, c.q_out, low, dout, dout_out, c.dims, c.options);
+  } catch (const Error& e) {
+    if (!check::is_oracle_overflow(e)) throw;
+    for (const char* n : grad_names()) err[n] = check::overflow_baseline(dtype_name<S>(), e);
+    return;
+  }
+  err["dq"] = check::AbsBaseline::of(check::max_abs_diff(g.dq, gref->dq));
+  err["dq_out"] = check::AbsBaseline::of(check::max_abs_diff(g.dq_out, gref->dq_out));
+  err["dk"] = check::AbsBaseline::of(check::max_abs_diff(g.dk, gref->dk));
+  err["dv"] = check::AbsBaseline::of(check::max_abs_diff(g.dv, gref->dv));
 }
 }  // namespace detail
 
@@ -91,26 +182,47 @@ void oracle_errors(const st::File& case_file, const AttentionResult<double>& ref
 /// expected file (F64 results; metadata `dtype` and `oracle_at_dtype_maxabs.<tensor>`). When the
 /// oracle at `dtype` overflows (no finite naive answer), every E_X is "n/a" and metadata
 /// `abs_criterion` holds "n/a (naive <dtype> oracle overflows: <message>)".
-/// \throws orthros::Error on a malformed case (see load_attention_case) or an unknown dtype.
+///
+/// When the case holds `do` and `do_out` (has_upstream()), the expected file also holds the
+/// float64 gradients dq `[T, H_q, D]`, dq_out `[T_out, H_q, D]`, dk and dv `[P+T, H_kv, D]`
+/// (orthros_attention_backward<double> after the float64 forward) and their E_X
+/// (`oracle_at_dtype_maxabs.dq` etc.); Expected::grad is set. If only the backward at `dtype`
+/// overflows, only the gradients' E_X are "n/a" (the note then quotes the gradient overflow).
+/// \throws orthros::Error on a malformed case (see load_attention_case, load_upstream), an
+///   unknown dtype, or non-finite upstream gradients.
 inline Expected compute_expected(const st::File& case_file, const std::string& dtype) {
   Expected e;
   e.dtype = dtype;
   const AttentionCase<double> c = load_attention_case<double>(case_file);
+  e.grad = has_upstream(case_file);
   const AttentionResult<double> ref = orthros_attention<double>(c.q, c.k, c.v, c.q_out, c.dims, c.options);
+  AttentionGrads<double> gref;
+  if (e.grad) {
+    const auto [dout, dout_out] = load_upstream<double>(case_file, c);
+    gref = orthros_attention_backward<double>(c.q, c.k, c.v, c.q_out, ref, dout, dout_out, c.dims, c.options);
+  }
+  const AttentionGrads<double>* g = e.grad ? &gref : nullptr;
   const st::DType dt = parse_check_dtype(dtype);
   if (dt == st::DType::F64) {
-    for (const char* n : output_names()) e.oracle_err[n] = check::AbsBaseline::of(0.0);
+    for (const std::string& n : e.names()) e.oracle_err[n] = check::AbsBaseline::of(0.0);
   } else if (dt == st::DType::F32) {
-    detail::oracle_errors<float>(case_file, ref, e.oracle_err);
+    detail::oracle_errors<float>(case_file, ref, g, e.oracle_err);
   } else if (dt == st::DType::BF16) {
-    detail::oracle_errors<Eigen::bfloat16>(case_file, ref, e.oracle_err);
+    detail::oracle_errors<Eigen::bfloat16>(case_file, ref, g, e.oracle_err);
   } else {
-    detail::oracle_errors<Eigen::half>(case_file, ref, e.oracle_err);
+    detail::oracle_errors<Eigen::half>(case_file, ref, g, e.oracle_err);
   }
   e.file = make_attention_result<double>(ref, c.dims, st::DType::F64);
+  if (e.grad) {
+    const std::int64_t Hq = c.dims.num_q_heads, Hkv = c.dims.num_kv_heads, D = c.dims.head_dim;
+    e.file.tensors["dq"] = st::from_matrix<double>(gref.dq, {gref.dq.rows(), Hq, D}, st::DType::F64);
+    e.file.tensors["dq_out"] = st::from_matrix<double>(gref.dq_out, {gref.dq_out.rows(), Hq, D}, st::DType::F64);
+    e.file.tensors["dk"] = st::from_matrix<double>(gref.dk, {gref.dk.rows(), Hkv, D}, st::DType::F64);
+    e.file.tensors["dv"] = st::from_matrix<double>(gref.dv, {gref.dv.rows(), Hkv, D}, st::DType::F64);
+  }
   e.file.metadata["producer"] = "orthros golden (float64 oracle)";
   e.file.metadata["dtype"] = dtype;
-  for (const char* n : output_names()) {
+  for (const std::string& n : e.names()) {
     const check::AbsBaseline& b = e.oracle_err.at(n);
     e.file.metadata[err_key(n)] = b.maxabs ? fmt17(*b.maxabs) : kNotApplicable;
     if (!b.maxabs) e.file.metadata[kAbsCriterionKey] = "n/a (" + b.why_na + ")";
@@ -118,18 +230,26 @@ inline Expected compute_expected(const st::File& case_file, const std::string& d
   return e;
 }
 
-/// Reads E_X and the dtype back from an expected file written by compute_expected().
-/// \throws orthros::Error if a tensor (o, o_out, lse, lse_out) or the metadata is missing, or the
-/// metadata is neither a number nor "n/a" (which needs an `abs_criterion` note "n/a (<reason>)").
+/// Reads E_X and the dtype back from an expected file written by compute_expected(). A file with
+/// any gradient tensor is a gradient expected file (Expected::grad): it must hold all four
+/// (dq, dq_out, dk, dv) and their `oracle_at_dtype_maxabs.*` metadata.
+/// \throws orthros::Error if a tensor (o, o_out, lse, lse_out; in a gradient file also dq, dq_out,
+/// dk, dv) or the metadata is missing, or the metadata is neither a number nor "n/a" (which needs
+/// an `abs_criterion` note "n/a (<reason>)").
 inline Expected load_expected(const st::File& f) {
   Expected e;
   e.file = f;
   for (const char* n : output_names())
     require(f.tensors.count(n), "not an expected file: it has no tensor \"", n, "\" (needs o, o_out, lse, lse_out)");
+  for (const char* n : grad_names()) e.grad = e.grad || f.tensors.count(n) > 0;
+  if (e.grad)
+    for (const char* n : grad_names())
+      require(f.tensors.count(n), "gradient expected file without tensor \"", n,
+              "\" (a file with gradients needs all of dq, dq_out, dk, dv)");
   auto d = f.metadata.find("dtype");
   require(d != f.metadata.end(), "expected file lacks metadata \"dtype\"");
   e.dtype = d->second;
-  for (const char* n : output_names()) {
+  for (const std::string& n : e.names()) {
     auto it = f.metadata.find(err_key(n));
     require(it != f.metadata.end(), "expected file lacks metadata \"", err_key(n), "\"");
     if (it->second == kNotApplicable) {

@@ -12,7 +12,8 @@
 ///   4. `out` has the reference's shape.
 ///
 /// When the naive oracle at X has no finite answer on the inputs (its scaled scores overflow X,
-/// e.g. |q·k·scale| > 65504 at f16: orthros_attention<S> throws), `E_X` does not exist and
+/// e.g. |q·k·scale| > 65504 at f16: orthros_attention<S> throws; or, for the gradients of the
+/// backward, a gradient overflows X: orthros_attention_backward<S> throws), `E_X` does not exist and
 /// criterion 2 is *not applicable*: the port is judged by criteria 1, 3 and 4 only, and every
 /// report says so (AbsBaseline::not_applicable, TensorReport::abs_note). A missing `E_X` is never
 /// taken as 0 (that would shrink the bound to 1e-6 and fail correct ports).
@@ -22,6 +23,7 @@
 /// tests all call compare() on flat, row-major float64 buffers (or on `Mat<S>`).
 #pragma once
 
+#include "orthros/attention_backward.hpp"  // kGradientOverflowPrefix
 #include "orthros/tensor.hpp"
 
 #include <cmath>
@@ -81,10 +83,13 @@ struct AbsBaseline {
 /// scaled scores overflow S (attention.hpp).
 inline constexpr const char* kOracleOverflowPrefix = "scaled scores q.k*scale overflow";
 
-/// True when `e` is the oracle's "scaled scores overflow" error (the naive oracle at that
-/// precision has no finite answer), as opposed to bad input.
+/// True when `e` says the naive oracle at some precision has no finite answer on finite inputs,
+/// as opposed to bad input: the forward's "scaled scores overflow" error (kOracleOverflowPrefix,
+/// orthros_attention<S>) or the backward's "attention gradients overflow" error
+/// (orthros::kGradientOverflowPrefix, orthros_attention_backward<S> in attention_backward.hpp).
 inline bool is_oracle_overflow(const std::exception& e) {
-  return std::string(e.what()).rfind(kOracleOverflowPrefix, 0) == 0;
+  const std::string what = e.what();
+  return what.rfind(kOracleOverflowPrefix, 0) == 0 || what.rfind(orthros::kGradientOverflowPrefix, 0) == 0;
 }
 
 /// The not-applicable baseline for an oracle at `dtype` that threw the overflow error `e`:
