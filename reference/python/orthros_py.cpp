@@ -1,9 +1,12 @@
 // Python bindings of the Orthros CPU oracle (issue 3): module `orthros`.
 //
 // Tensors are NumPy arrays in the layout of SPEC §5: q [T, H_q, D], k/v [P+T, H_kv, D],
-// q_out [T_out, H_q, D]; o [T, H_q, D], lse [T, H_q]. Every orthros::Error surfaces as
-// orthros.Error, a subclass of ValueError carrying the C++ message unchanged.
+// q_out [T_out, H_q, D]; o [T, H_q, D], lse [T, H_q]. The backward (issue 8): do [T, H_q, D],
+// do_out [T_out, H_q, D] -> dq [T, H_q, D], dq_out [T_out, H_q, D], dk/dv [P+T, H_kv, D]. Every
+// orthros::Error surfaces as orthros.Error, a subclass of ValueError carrying the C++ message
+// unchanged.
 #include "orthros/attention.hpp"
+#include "orthros/attention_backward.hpp"
 #include "orthros/check.hpp"
 #include "orthros/configs.hpp"
 #include "orthros/model.hpp"
@@ -276,6 +279,144 @@ py::dict check_attention(const py::object& result, const py::array& q, const py:
   return out;
 }
 
+// ---- backward (issue 8) -----------------------------------------------------------------
+
+/// The backward's inputs as Mat<S> (each rounded to S once, as to_mat3 does) and their dims.
+template <typename S>
+struct BackwardArgs {
+  Mat<S> q, k, v, q_out, dout, dout_out;  ///< [T, H_q*D], [P+T, H_kv*D] x2, [T_out, H_q*D], [T, H_q*D], [T_out, H_q*D]
+  orthros::AttentionDims dims;
+};
+
+/// Converts and shape-checks the NumPy inputs of the backward (heads and head_dim from q and k;
+/// row counts are checked by orthros_attention(_backward)). \throws orthros::Error naming the array.
+template <typename S>
+BackwardArgs<S> backward_args(const py::array& q, const py::array& k, const py::array& v, const py::array& q_out,
+                              const py::array& dout, const py::array& dout_out) {
+  require(q.ndim() == 3, "q must be a 3-d array [T, H_q, D]; got shape ", shape_str(q));
+  require(k.ndim() == 3, "k must be a 3-d array [P+T, H_kv, D]; got shape ", shape_str(k));
+  const std::int64_t Hq = q.shape(1), D = q.shape(2), Hkv = k.shape(1);
+  BackwardArgs<S> a;
+  a.q = to_mat3<S>(q, "q", Hq, D);
+  a.k = to_mat3<S>(k, "k", Hkv, D);
+  a.v = to_mat3<S>(v, "v", Hkv, D);
+  a.q_out = to_mat3<S>(q_out, "q_out", Hq, D);
+  a.dout = to_mat3<S>(dout, "do", Hq, D);
+  a.dout_out = to_mat3<S>(dout_out, "do_out", Hq, D);
+  a.dims = orthros::AttentionDims{static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D)};
+  return a;
+}
+
+/// Names of the four gradients, in report order.
+constexpr const char* kGradNames[4] = {"dq", "dq_out", "dk", "dv"};
+
+/// The gradient `name` of `g` (one of kGradNames).
+template <typename S>
+const Mat<S>& grad_of(const orthros::AttentionGrads<S>& g, const std::string& name) {
+  if (name == "dq") return g.dq;
+  if (name == "dq_out") return g.dq_out;
+  if (name == "dk") return g.dk;
+  return g.dv;
+}
+
+template <typename S>
+py::dict attention_backward_at(const py::array& q, const py::array& k, const py::array& v, const py::array& q_out,
+                               const py::array& dout, const py::array& dout_out, std::int64_t window,
+                               std::optional<double> scale) {
+  const BackwardArgs<S> a = backward_args<S>(q, k, v, q_out, dout, dout_out);
+  orthros::AttentionGrads<S> g;
+  {
+    py::gil_scoped_release release;
+    g = orthros::orthros_attention_backward<S>(a.q, a.k, a.v, a.q_out, a.dout, a.dout_out, a.dims,
+                                               orthros::AttentionOptions{window, scale});
+  }
+  py::dict out;
+  out["dq"] = from_mat(g.dq, a.dims.num_q_heads, a.dims.head_dim);
+  out["dq_out"] = from_mat(g.dq_out, a.dims.num_q_heads, a.dims.head_dim);
+  out["dk"] = from_mat(g.dk, a.dims.num_kv_heads, a.dims.head_dim);
+  out["dv"] = from_mat(g.dv, a.dims.num_kv_heads, a.dims.head_dim);
+  return out;
+}
+
+py::dict attention_backward(const py::array& q, const py::array& k, const py::array& v, const py::array& q_out,
+                            const py::array& dout, const py::array& dout_out, std::int64_t window,
+                            std::optional<double> scale, std::optional<std::string> precision) {
+  const std::string p = precision ? *precision : np_dtype(q, "q");
+  if (p == "f64") return attention_backward_at<double>(q, k, v, q_out, dout, dout_out, window, scale);
+  if (p == "f32") return attention_backward_at<float>(q, k, v, q_out, dout, dout_out, window, scale);
+  if (p == "bf16") return attention_backward_at<Eigen::bfloat16>(q, k, v, q_out, dout, dout_out, window, scale);
+  if (p == "f16") return attention_backward_at<Eigen::half>(q, k, v, q_out, dout, dout_out, window, scale);
+  throw orthros::Error("precision must be one of f64, f32, bf16, f16 (got \"" + p + "\")");
+}
+
+/// check_attention for the gradients: inputs and upstream gradients rounded to S (as the port saw
+/// them), the float64 backward on them widened exactly, the backward at S for E_X (n/a when the
+/// forward or the backward at S overflows), SPEC §6 on dq, dq_out, dk, dv of `result`.
+template <typename S>
+py::dict check_backward_at(const py::object& result, const py::array& q, const py::array& k, const py::array& v,
+                           const py::array& q_out, const py::array& dout, const py::array& dout_out,
+                           std::int64_t window, std::optional<double> scale, const std::string& dtype) {
+  const BackwardArgs<S> a = backward_args<S>(q, k, v, q_out, dout, dout_out);
+  const orthros::AttentionOptions opt{window, scale};
+  orthros::AttentionGrads<double> ref;
+  orthros::AttentionGrads<S> low;
+  std::optional<orthros::check::AbsBaseline> na;
+  {
+    py::gil_scoped_release release;
+    ref = orthros::orthros_attention_backward<double>(
+        a.q.template cast<double>(), a.k.template cast<double>(), a.v.template cast<double>(),
+        a.q_out.template cast<double>(), a.dout.template cast<double>(), a.dout_out.template cast<double>(), a.dims,
+        opt);
+    try {
+      low = orthros::orthros_attention_backward<S>(a.q, a.k, a.v, a.q_out, a.dout, a.dout_out, a.dims, opt);
+    } catch (const orthros::Error& err) {
+      if (!orthros::check::is_oracle_overflow(err)) throw;
+      na = orthros::check::overflow_baseline(dtype, err);
+    }
+  }
+  const std::int64_t T = a.q.rows(), T_out = a.q_out.rows(), P = a.k.rows() - T;
+  py::dict tensors;
+  bool all = true;
+  for (const char* name : kGradNames) {
+    require(py::hasattr(result, "__getitem__") && result.attr("__contains__")(name).cast<bool>(),
+            "result must contain '", name, "' (check_attention_backward judges dq, dq_out, dk, dv)");
+    py::array act = py::array::ensure(result[name]);
+    require(static_cast<bool>(act), "result['", name, "'] is not an array");
+    const Mat<double>& r = grad_of(ref, name);
+    const bool kv = name[1] == 'k' || name[1] == 'v';
+    const std::int64_t H = kv ? a.dims.num_kv_heads : a.dims.num_q_heads;
+    const orthros::check::AbsBaseline b =
+        na ? *na : orthros::check::AbsBaseline::of(orthros::check::max_abs_diff(grad_of(low, name), r));
+    const auto rep = orthros::check::compare(name, flat_f64(act, name), shape_of(act), orthros::check::to_f64(r),
+                                             {r.rows(), H, a.dims.head_dim}, dtype, b);
+    all = all && rep.pass;
+    py::dict d = report_dict(rep);
+    std::vector<std::int64_t> pos;  // absolute positions: dq base rows, dq_out output rows, dk/dv cache rows
+    for (auto row : rep.bad_rows)
+      pos.push_back(kv ? row + 1 : (std::string(name) == "dq_out" ? P + T - T_out : P) + row + 1);
+    d["bad_positions"] = pos;
+    tensors[name] = d;
+  }
+  py::dict out;
+  out["pass"] = all;
+  out["dtype"] = dtype;
+  out["abs_criterion"] = na ? "n/a (" + na->why_na + ")" : std::string("applied");
+  out["tensors"] = tensors;
+  return out;
+}
+
+py::dict check_attention_backward(const py::object& result, const py::array& q, const py::array& k,
+                                  const py::array& v, const py::array& q_out, const py::array& dout,
+                                  const py::array& dout_out, std::int64_t window, std::optional<double> scale,
+                                  const std::string& dtype) {
+  orthros::check::rel_tolerance(dtype);  // validates the name
+  if (dtype == "f64") return check_backward_at<double>(result, q, k, v, q_out, dout, dout_out, window, scale, dtype);
+  if (dtype == "f32") return check_backward_at<float>(result, q, k, v, q_out, dout, dout_out, window, scale, dtype);
+  if (dtype == "bf16")
+    return check_backward_at<Eigen::bfloat16>(result, q, k, v, q_out, dout, dout_out, window, scale, dtype);
+  return check_backward_at<Eigen::half>(result, q, k, v, q_out, dout, dout_out, window, scale, dtype);
+}
+
 // ---- model and regimes ---------------------------------------------------------------
 
 template <typename S>
@@ -408,6 +549,43 @@ max-abs criterion is not applicable: each report has abs_tol None and abs_criter
 "n/a (naive <dtype> oracle overflows: ...)", and the relative and NaN/Inf criteria decide.
 Returns {'pass': bool, 'dtype': str, 'tensors': {name: report}}. One assert:
     assert orthros.check_attention(out, q, k, v, q_out, window=w, dtype="bf16")["pass"])doc");
+  m.def("attention_backward", &attention_backward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"),
+        py::arg("do"), py::arg("do_out"), py::arg("window"), py::arg("scale") = py::none(),
+        py::arg("precision") = py::none(),
+        R"doc(Backward of the Orthros attention operator (issue 8; docs/SPEC.md "Backward").
+
+q [T, H_q, D], k and v [P+T, H_kv, D], q_out [T_out, H_q, D] as for attention(); do [T, H_q, D]
+= dL/do and do_out [T_out, H_q, D] = dL/do_out, the upstream gradients of the two streams.
+Arrays: float64, float32 or float16, any strides (copied in C order). window >= 1; scale
+defaults to 1/sqrt(D). precision: None (q's dtype) or "f64"/"f32"/"bf16"/"f16": the oracle at
+that precision (inputs rounded to it once; bf16/f16 accumulate in float32).
+Returns a dict with dq [T, H_q, D], dq_out [T_out, H_q, D], dk [P+T, H_kv, D], dv [P+T, H_kv, D]
+(float64 at f64, float32 at f32 and bf16, float16 at f16). dk and dv sum both streams and every
+query head of the GQA group; cache rows no query sees get 0. Runs the forward, then the
+softmax backward from its saved LSE (FlashAttention-2's form).
+Raises orthros.Error (a ValueError) naming the parameter on bad input (shapes, window < 1,
+H_q % H_kv != 0, T_out > T, a non-finite value in any array), and with a message starting
+"attention gradients overflow" (or "scaled scores q.k*scale overflow") when finite inputs have
+no finite answer at `precision`.
+Source: reference/include/orthros/attention_backward.hpp (orthros_attention_backward).)doc");
+  m.def("check_attention_backward", &check_attention_backward, py::arg("result"), py::arg("q"), py::arg("k"),
+        py::arg("v"), py::arg("q_out"), py::arg("do"), py::arg("do_out"), py::arg("window"),
+        py::arg("scale") = py::none(), py::arg("dtype") = "f32",
+        R"doc(Checks a port's gradients under SPEC §6 (the rule of check_attention, per gradient).
+
+result: mapping with dq [T, H_q, D], dq_out [T_out, H_q, D], dk [P+T, H_kv, D], dv [P+T, H_kv, D]
+(any float dtype; other keys such as o are ignored: judge those with check_attention). The
+inputs and upstream gradients (shapes as in attention_backward) are rounded to `dtype` (as the
+port saw them); the float64 backward runs on them, and the backward at `dtype` (forward then
+backward at that precision) gives E_X per gradient. When the oracle at `dtype` overflows
+(forward scores or a gradient beyond the dtype's range), the max-abs criterion is not
+applicable: abs_tol None, abs_criterion "n/a (naive <dtype> oracle overflows: ...)".
+Returns {'pass': bool, 'dtype': str, 'abs_criterion': str, 'tensors': {name: report}}; each
+report is check()'s plus 'bad_positions', the absolute positions of 'bad_rows' (dq: P+row+1,
+dq_out: P+T-T_out+row+1, dk/dv: cache row + 1). Raises orthros.Error on bad input or a result
+without one of the four gradients. One assert:
+    assert orthros.check_attention_backward(grads, q, k, v, q_out, do, do_out, window=w, dtype="bf16")["pass"]
+Source: reference/python/orthros_py.cpp, reference/include/orthros/check.hpp.)doc");
   m.def("rel_tolerance", &orthros::check::rel_tolerance, py::arg("dtype"),
         "Relative Frobenius tolerance of SPEC §6 for dtype f64/f32/bf16/f16.");
   m.def(

@@ -1,5 +1,6 @@
 // Unit and property tests of the SPEC §6 checker (reference/include/orthros/check.hpp).
 #include "orthros/attention.hpp"
+#include "orthros/attention_backward.hpp"
 #include "orthros/check.hpp"
 #include "orthros_testing.hpp"
 
@@ -230,6 +231,99 @@ TEST(CheckCompare, OracleOverflowIsRecognized) {
   } catch (const orthros::Error& e) {
     EXPECT_FALSE(oc::is_oracle_overflow(e)) << e.what();
   }
+}
+
+// The backward's gradient-overflow error (attention_backward.hpp) is an oracle overflow too (the
+// n/a rule applies to gradients), while its bad-input errors are not.
+TEST(CheckCompare, GradientOverflowIsRecognized) {
+  // f16: q, k small (the forward is finite), do = 60000 (finite in f16, max 65504) and |v| >= 0.05
+  // in 8 dims: dP = do·v reaches several times 65504, so the naive f16 gradients are not finite.
+  const orthros::AttentionDims dims{4, 2, 8};
+  Rng rng(33);
+  SCOPED_TRACE("seed=33");
+  const auto q = random_mat<Eigen::half>(5, 32, rng), k = random_mat<Eigen::half>(7, 16, rng),
+             v = random_mat<Eigen::half>(7, 16, rng), qo = random_mat<Eigen::half>(3, 32, rng),
+             dqo = random_mat<Eigen::half>(3, 32, rng);
+  const Mat<Eigen::half> big = Mat<Eigen::half>::Constant(5, 32, Eigen::half(60000));
+  orthros::AttentionOptions opt;
+  opt.window = 3;
+  EXPECT_NO_THROW(orthros::orthros_attention<Eigen::half>(q, k, v, qo, dims, opt));
+  try {
+    orthros::orthros_attention_backward<Eigen::half>(q, k, v, qo, big, dqo, dims, opt);
+    FAIL() << "the f16 gradients should overflow";
+  } catch (const orthros::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(orthros::kGradientOverflowPrefix, 0), 0u) << e.what();
+    EXPECT_TRUE(oc::is_oracle_overflow(e)) << e.what();
+    const auto b = oc::overflow_baseline("f16", e);
+    EXPECT_FALSE(b.maxabs.has_value());
+    EXPECT_EQ(b.why_na.rfind("naive f16 oracle overflows: attention gradients overflow f16", 0), 0u) << b.why_na;
+  }
+  try {  // do with 4 rows for T = 5: bad input, not an overflow
+    orthros::orthros_attention_backward<Eigen::half>(q, k, v, qo, big.topRows(4), dqo, dims, opt);
+    FAIL() << "a do of the wrong shape must throw";
+  } catch (const orthros::Error& e) {
+    EXPECT_FALSE(oc::is_oracle_overflow(e)) << e.what();
+  }
+}
+
+// The oracle's gradients at a kernel's own precision pass their own criterion (E_X measured on
+// the same inputs), and a gradient computed with a window one too wide fails dk at rows whose
+// key is seen by one more query. f64's E_X is 0.
+template <typename S>
+void oracle_grads_at_dtype_pass(std::uint64_t seed) {
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " dtype=" + orthros::dtype_name<S>());
+  Rng rng(seed);
+  const orthros::AttentionDims dims{6, 2, 16};
+  const int T = 20, P = 4, T_out = 3;
+  const Mat<S> q = random_mat<S>(T, 96, rng), k = random_mat<S>(P + T, 32, rng), v = random_mat<S>(P + T, 32, rng),
+               qo = random_mat<S>(T_out, 96, rng), dout = random_mat<S>(T, 96, rng),
+               dout_out = random_mat<S>(T_out, 96, rng);
+  auto wide = [](const Mat<S>& m) -> Mat<double> { return m.template cast<double>(); };
+  orthros::AttentionOptions opt;
+  opt.window = 5;
+  const auto ref = orthros::orthros_attention_backward<double>(wide(q), wide(k), wide(v), wide(qo), wide(dout),
+                                                               wide(dout_out), dims, opt);
+  const auto low = orthros::orthros_attention_backward<S>(q, k, v, qo, dout, dout_out, dims, opt);
+  const std::string dt = orthros::dtype_name<S>();
+  const std::pair<const char*, std::pair<const Mat<S>*, const Mat<double>*>> grads[] = {
+      {"dq", {&low.dq, &ref.dq}}, {"dq_out", {&low.dq_out, &ref.dq_out}},
+      {"dk", {&low.dk, &ref.dk}}, {"dv", {&low.dv, &ref.dv}}};
+  for (const auto& [name, pr] : grads) {
+    const int heads = (name[1] == 'k' || name[1] == 'v') ? 2 : 6;
+    const double e_x = oc::max_abs_diff(*pr.first, *pr.second);
+    const auto r = oc::compare(name, *pr.first, *pr.second, heads, 16, dt, e_x);
+    EXPECT_TRUE(r.pass) << name << " rel " << r.rel_fro << " abs " << r.max_abs;
+    if constexpr (std::is_same_v<S, double>) EXPECT_EQ(e_x, 0.0) << name;
+    else EXPECT_GT(e_x, 0.0) << name << ": really a lower precision";
+  }
+}
+
+TEST(CheckOracle, OracleGradientsAtF32Pass) { oracle_grads_at_dtype_pass<float>(34); }
+TEST(CheckOracle, OracleGradientsAtBf16Pass) { oracle_grads_at_dtype_pass<Eigen::bfloat16>(35); }
+TEST(CheckOracle, OracleGradientsAtF16Pass) { oracle_grads_at_dtype_pass<Eigen::half>(36); }
+TEST(CheckOracle, OracleGradientsAtF64Pass) { oracle_grads_at_dtype_pass<double>(37); }
+
+// A perturbed dk row of a float64 gradient is caught at exactly that row, with the other rows
+// and gradients passing.
+TEST(CheckCompare, PerturbedDkRowIsLocated) {
+  Rng rng(38);
+  SCOPED_TRACE("seed=38");
+  const orthros::AttentionDims dims{4, 2, 8};
+  const auto q = random_mat<double>(9, 32, rng), k = random_mat<double>(12, 16, rng), v = random_mat<double>(12, 16, rng),
+             qo = random_mat<double>(4, 32, rng), dout = random_mat<double>(9, 32, rng),
+             dout_out = random_mat<double>(4, 32, rng);
+  orthros::AttentionOptions opt;
+  opt.window = 3;
+  const auto g = orthros::orthros_attention_backward<double>(q, k, v, qo, dout, dout_out, dims, opt);
+  for (int row : {0, 7, 11}) {
+    Mat<double> bad = g.dk;
+    bad(row, 9) += 1e-3;  // KV head 1, dim 1
+    const auto r = oc::compare("dk", bad, g.dk, 2, 8, "f64", 0.0);
+    EXPECT_FALSE(r.pass) << row;
+    EXPECT_EQ(r.bad_rows, (std::vector<std::int64_t>{row}));
+    EXPECT_EQ(r.worst_index, (std::vector<std::int64_t>{row, 1, 1}));
+  }
+  EXPECT_TRUE(oc::compare("dk", g.dk, g.dk, 2, 8, "f64", 0.0).pass);
 }
 
 // The single narrowing rule (tensor.hpp round_rne): one rounding, directly from the double.
