@@ -347,7 +347,8 @@ int run_suite(const Args& a) {
 
 const bool reg = add_command(
     "check",
-    "Check a port's outputs against the float64 oracle under SPEC §6 (one case, or a golden suite)",
+    "Check a port's outputs (and gradients dq, dq_out, dk, dv against a `golden --grad` suite or a case holding "
+    "do/do_out) against the float64 oracle under SPEC §6 (one case, or a golden suite)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<Args>();
       auto* c = sub.add_option("--case", a->case_path, "case .safetensors (SPEC §5 inputs)");
