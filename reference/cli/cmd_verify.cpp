@@ -5,6 +5,7 @@
 
 #include "orthros/configs.hpp"
 #include "orthros/regimes.hpp"
+#include "verify_grad.hpp"
 
 #ifdef ORTHROS_HAVE_CUDA
 #include "verify_cuda.hpp"
@@ -31,6 +32,7 @@ struct VerifyArgs {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string dtype = "f64";
   std::string device = "cpu";
+  bool grad = false;
 };
 
 /// Byte-level tokens of a text file: every byte is one token id in [0, 256).
@@ -200,7 +202,21 @@ const bool registered = add_command(
       sub.add_option("--device", a->device, "cpu: the oracle; cuda: the GPU kernels")
           ->check(CLI::IsMember({"cpu", "cuda"}))
           ->capture_default_str();
-      return [a]() -> int {
+      sub.add_flag("--grad", a->grad,
+                   "check the backward instead: operator gradients per regime and a PT/SFT training step against "
+                   "finite differences, SFT = masked PT bitwise (f64; --seq-len defaults to 32)");
+      auto* seq_len_opt = sub.get_option("--seq-len");
+      return [a, seq_len_opt]() -> int {
+        if (a->grad) {
+          require(a->device == "cpu", "--grad runs on the CPU oracle (got --device ", a->device, ")");
+          require(a->dtype == "f64", "--grad needs --dtype f64: finite differences are not meaningful in f32");
+          const int T = seq_len_opt->count() ? a->seq_len : 32;
+          const ModelConfig c = model_config(a->config, a->d_model, a->layers);
+          const std::vector<int> text = read_tokens(a->text);
+          require(static_cast<size_t>(T) + 1 <= text.size(), "--text holds ", text.size(), " tokens; --seq-len ", T,
+                  " needs ", T + 1);
+          return run_verify_grad(c, a->config, std::vector<int>(text.begin(), text.begin() + T + 1), a->seed);
+        }
         if (a->device == "cuda") {
 #ifdef ORTHROS_HAVE_CUDA
           return orthros_verify_cuda(a->config, a->seq_len, a->seed);

@@ -64,7 +64,10 @@ void model_finite_differences(bool pt) {
   size_t t = 0;
   for_each_parameter(w, [&](const std::string& name, double* p, Index n) {
     const double* g = grads[t++].second;
-    for (Index i : draw_coordinates(n, 4)) {
+    std::vector<Index> coords = draw_coordinates(n, 4);
+    if (name == "embedding")  // entries of rows of tokens in the sequence (other rows have no gradient)
+      for (Index& i : coords) i = Index(seq[size_t(*rc::gen::inRange<Index>(0, T))]) * c.d_model + i % c.d_model;
+    for (Index i : coords) {
       const double x0 = p[i];
       p[i] = x0 + kStep;
       const double lp = loss(w);
@@ -76,23 +79,28 @@ void model_finite_differences(bool pt) {
         RC_FAIL(detail::cat(name, "[", i, "]: analytic ", g[i], " vs central difference ", fd));
     }
   });
-  // Directional derivative: (L(θ + h u) - L(θ - h u)) / 2h = g·u for a random unit-scale u.
+  // Directional derivative: (L(θ + h u) - L(θ - h u)) / 2h = g·u for a random u with |u| = 1.
   Rng rng(dseed);
+  std::vector<std::vector<double>> u;
+  double norm2 = 0, g_dot_u = 0;
+  for_each_parameter(w, [&](const std::string&, double*, Index n) {
+    u.emplace_back();
+    for (Index i = 0; i < n; ++i) {
+      u.back().push_back(nonzero_uniform(rng));
+      norm2 += u.back().back() * u.back().back();
+    }
+  });
   ModelWeights<double> up = w, um = w;
-  double g_dot_u = 0;
   std::vector<double*> pu, pm;
   for_each_parameter(up, [&](const std::string&, double* p, Index) { pu.push_back(p); });
   for_each_parameter(um, [&](const std::string&, double* p, Index) { pm.push_back(p); });
-  t = 0;
-  for_each_parameter(w, [&](const std::string&, double*, Index n) {
-    for (Index i = 0; i < n; ++i) {
-      const double u = nonzero_uniform(rng);
-      pu[t][i] += kStep * u;
-      pm[t][i] -= kStep * u;
-      g_dot_u += grads[t].second[i] * u;
+  for (t = 0; t < u.size(); ++t)
+    for (size_t i = 0; i < u[t].size(); ++i) {
+      const double ui = u[t][i] / std::sqrt(norm2);
+      pu[t][i] += kStep * ui;
+      pm[t][i] -= kStep * ui;
+      g_dot_u += grads[t].second[i] * ui;
     }
-    ++t;
-  });
   const double fd = (loss(up) - loss(um)) / (2 * kStep);
   RC_ASSERT(fd_agrees(fd, g_dot_u));
 }

@@ -115,6 +115,62 @@ struct StreamSaved {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Validates next-token targets (R ids in [0, V)) and a loss mask (empty or R flags, one true at
+/// least); returns the number of kept rows. \throws orthros::Error naming the value.
+inline Eigen::Index kept_rows(const std::vector<int>& targets, const std::vector<bool>& loss_mask, Eigen::Index R,
+                              Eigen::Index V) {
+  require(static_cast<Eigen::Index>(targets.size()) == R, "targets must have one id per logits row (", R, "); got ",
+          targets.size());
+  require(loss_mask.empty() || static_cast<Eigen::Index>(loss_mask.size()) == R, "loss_mask must have T_out = ", R,
+          " entries (got ", loss_mask.size(), ")");
+  Eigen::Index kept = 0;
+  for (Eigen::Index r = 0; r < R; ++r) {
+    require(targets[size_t(r)] >= 0 && targets[size_t(r)] < V, "target id ", targets[size_t(r)], " at ", r,
+            " outside [0, ", V, ")");
+    kept += (loss_mask.empty() || loss_mask[size_t(r)]) ? 1 : 0;
+  }
+  require(kept >= 1, "loss_mask keeps no row: nothing to train on");
+  return kept;
+}
+
+}  // namespace detail
+
+/// Mean next-token cross-entropy of `logits` (natural log), and optionally its gradient:
+///   L = (1/N) Σ_{r kept} ( logsumexp(logits_r) - logits_r[target_r] )   (max-subtracted logsumexp)
+///   dL/dlogits_r = (softmax(logits_r) - onehot(target_r)) / N for kept rows, exactly 0 for the others
+/// \param logits    [R, V] (row r predicts targets[r])
+/// \param targets   R ids in [0, V)
+/// \param loss_mask empty (every row kept) or R flags, at least one true; N = number kept
+/// \param dlogits   if not null, receives dL/dlogits [R, V]
+/// 	hrows orthros::Error on a count mismatch, an id outside [0, V), or a mask keeping no row.
+template <typename S>
+double next_token_cross_entropy(const Mat<S>& logits, const std::vector<int>& targets,
+                                const std::vector<bool>& loss_mask = {}, Mat<S>* dlogits = nullptr) {
+  using Acc = AccumT<S>;
+  using Index = Eigen::Index;
+  const Index R = logits.rows(), V = logits.cols();
+  const Index kept = detail::kept_rows(targets, loss_mask, R, V);
+  if (dlogits) *dlogits = Mat<S>::Zero(R, V);
+  double loss = 0;
+  for (Index r = 0; r < R; ++r) {
+    if (!(loss_mask.empty() || loss_mask[size_t(r)])) continue;  // masked: exact-zero gradient row
+    Acc m = -std::numeric_limits<Acc>::infinity(), sum = 0;
+    for (Index j = 0; j < V; ++j) m = std::max(m, static_cast<Acc>(logits(r, j)));
+    for (Index j = 0; j < V; ++j) sum += std::exp(static_cast<Acc>(logits(r, j)) - m);
+    const Acc lse = m + std::log(sum);
+    loss += static_cast<double>(lse - static_cast<Acc>(logits(r, targets[size_t(r)])));
+    if (!dlogits) continue;
+    for (Index j = 0; j < V; ++j) {
+      const Acc p = std::exp(static_cast<Acc>(logits(r, j)) - lse);
+      const Acc onehot = j == targets[size_t(r)] ? Acc(1) : Acc(0);
+      (*dlogits)(r, j) = static_cast<S>((p - onehot) / static_cast<Acc>(kept));
+    }
+  }
+  return loss / static_cast<double>(kept);
+}
+
 /// Forward and backward of one training sequence (paper Algorithm 2 with P = 0).
 ///
 /// \param w        model weights; \param c its configuration
@@ -136,18 +192,10 @@ TrainingStep<S> loss_and_gradients(const ModelWeights<S>& w, const ModelConfig& 
   const Index T = static_cast<Index>(tokens.size()), T_out = static_cast<Index>(targets.size());
   require(T_out >= 1 && T_out <= T, "targets must hold 1 <= T_out <= T next tokens (got T_out = ", T_out, ", T = ", T,
           ")");
-  require(loss_mask.empty() || static_cast<Index>(loss_mask.size()) == T_out, "loss_mask must have T_out = ", T_out,
-          " entries (got ", loss_mask.size(), ")");
   for (Index i = 0; i < T; ++i)
     require(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < c.vocab_size, "token id ", tokens[size_t(i)], " at ", i,
             " outside [0, ", c.vocab_size, ")");
-  Index kept = 0;
-  for (Index r = 0; r < T_out; ++r) {
-    require(targets[size_t(r)] >= 0 && targets[size_t(r)] < c.vocab_size, "target id ", targets[size_t(r)], " at ",
-            r, " outside [0, ", c.vocab_size, ")");
-    kept += (loss_mask.empty() || loss_mask[size_t(r)]) ? 1 : 0;
-  }
-  require(kept >= 1, "loss_mask keeps no row: nothing to train on");
+  detail::kept_rows(targets, loss_mask, T_out, c.vocab_size);  // validated before the forward
 
   // ---- forward (Algorithm 2), keeping what the backward needs ----
   Mat<S> h(T, c.d_model), h_out(T_out, c.d_model);
@@ -179,22 +227,8 @@ TrainingStep<S> loss_and_gradients(const ModelWeights<S>& w, const ModelConfig& 
   step.logits = project(z, w.lm_head);
 
   // ---- loss and dL/dlogits ----
-  Mat<S> dlogits = Mat<S>::Zero(T_out, c.vocab_size);
-  double loss = 0;
-  for (Index r = 0; r < T_out; ++r) {
-    if (!(loss_mask.empty() || loss_mask[size_t(r)])) continue;  // masked: exact-zero gradient row
-    Acc m = -std::numeric_limits<Acc>::infinity(), sum = 0;
-    for (Index j = 0; j < c.vocab_size; ++j) m = std::max(m, static_cast<Acc>(step.logits(r, j)));
-    for (Index j = 0; j < c.vocab_size; ++j) sum += std::exp(static_cast<Acc>(step.logits(r, j)) - m);
-    const Acc lse = m + std::log(sum);
-    loss += static_cast<double>(lse - static_cast<Acc>(step.logits(r, targets[size_t(r)])));
-    for (Index j = 0; j < c.vocab_size; ++j) {
-      const Acc p = std::exp(static_cast<Acc>(step.logits(r, j)) - lse);
-      const Acc onehot = j == targets[size_t(r)] ? Acc(1) : Acc(0);
-      dlogits(r, j) = static_cast<S>((p - onehot) / static_cast<Acc>(kept));
-    }
-  }
-  step.loss = loss / static_cast<double>(kept);
+  Mat<S> dlogits;
+  step.loss = next_token_cross_entropy(step.logits, targets, loss_mask, &dlogits);
 
   // ---- backward, in reverse; each weight's gradient sums the base rows, then the output rows ----
   ModelWeights<S>& g = step.grads = zeros_like(w);
