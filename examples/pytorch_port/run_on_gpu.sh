@@ -7,14 +7,17 @@
 # For each suite: results of the sdpa backend, the flex backend, and the deliberately broken
 # variant (sdpa, --bug window-off-by-one) ($VARIANTS overrides the list; flex-bug is the broken
 # flex port), packed in OUT_DIR/torch_results.tar.gz as <suite>.<variant>/NAME.safetensors
-# (RESULTS_ARCHIVE=0: no archive, for suites whose results are too large to bring back), plus
+# (RESULTS_ARCHIVE=0: no archive, for suites whose results are too large to bring back;
+# ARCHIVE_SUITES="NAME ...": only those suites' results), plus
 # OUT_DIR/torch_port.log. A gradient suite (`orthros golden --grad`: cases hold `do`, `do_out`)
 # makes the port add dq, dq_out, dk, dv through autograd, and the checks judge all eight tensors.
-# If an `orthros` binary is found ($ORTHROS or build*/reference/orthros), the checks run here too:
-# all text reports in OUT_DIR/checks.txt, all JSON reports in OUT_DIR/checks.jsonl (one line per
-# suite and variant, {"label", "report"}), and a per-tensor summary of each in the log
-# (summarize_checks.py; `summarize_checks.py --table OUT_DIR/checks.jsonl` makes a Markdown
-# table). Otherwise unpack the archive where orthros is built and run, for each variant:
+# If an `orthros` binary is found ($ORTHROS or build*/reference/orthros), the checks run here too,
+# each in the background while the next variant runs (check_parallel.py; CHECK_JOBS=N spreads a
+# check's cases over N processes; CHECK_TEXT=0 writes the JSON report only): all text reports in
+# OUT_DIR/checks.txt, all JSON reports in OUT_DIR/checks.jsonl (one line per suite and variant,
+# {"label", "report"}), and a per-tensor summary of each in the log (summarize_checks.py;
+# `summarize_checks.py --table OUT_DIR/checks.jsonl` makes a Markdown table).
+# Otherwise unpack the archive where orthros is built and run, for each variant:
 #   orthros check --suite SUITE_DIR --actual-dir <suite>.<variant>
 #
 # Exit status: 0 only if every port run succeeded and, where orthros was found, every check came
@@ -48,43 +51,67 @@ orthros=${ORTHROS:-}
 if [ -z "$orthros" ]; then
   for c in build*/reference/orthros; do [ -x "$c" ] && orthros=$c && break; done
 fi
+checks_dir="$work/.checks"  # per variant: NAME.txt, NAME.json, NAME.rc (written in the background)
+mkdir -p "$checks_dir"
+runs=()
 for suite in "$@"; do
   name=$(basename "$suite")
   for variant in ${VARIANTS:-sdpa flex sdpa-bug}; do
     args=(--golden "$suite" --out "$work/$name.$variant" --backend "${variant%-bug}")
-    bug=0
-    [ "$variant" != "${variant%-bug}" ] && bug=1 && args+=(--bug window-off-by-one)
+    [ "$variant" != "${variant%-bug}" ] && args+=(--bug window-off-by-one)
     "$py" "$here/torch_port.py" "${args[@]}" 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
       echo "FAILED: torch_port.py ${args[*]} exited $rc" | tee -a "$log" >&2
       failures=$((failures + 1))
     fi
-    if [ -n "$orthros" ]; then
-      echo "===== orthros check --suite $suite --actual-dir $name.$variant" >>"$checks"
-      "$orthros" check --suite "$suite" --actual-dir "$work/$name.$variant" >"$work/check.txt" 2>&1
-      rc=$?
-      cat "$work/check.txt" >>"$checks"
-      echo "check $name.$variant: $(tail -1 "$work/check.txt")" | tee -a "$log"
-      want=0
-      [ "$bug" = 1 ] && want=1  # the injected bug must be caught (exit 1), not pass
-      if [ "$rc" -ne "$want" ]; then
-        echo "FAILED: check $name.$variant exited $rc (want $want)" | tee -a "$log" >&2
-        failures=$((failures + 1))
-      fi
-      "$orthros" check --suite "$suite" --actual-dir "$work/$name.$variant" --json >"$work/check.json" 2>/dev/null
-      sargs=("$work/check.json" --label "$name.$variant" --append "$jsonl")
-      [ "$bug" = 1 ] && sargs+=(--bug)  # on a gradient suite the bug must fail a gradient tensor too
-      if ! "$py" "$here/summarize_checks.py" "${sargs[@]}" 2>&1 | tee -a "$log"; then
-        echo "FAILED: summary of $name.$variant" | tee -a "$log" >&2
-        failures=$((failures + 1))
-      fi
+    runs+=("$suite|$name.$variant")
+    if [ -n "$orthros" ]; then  # check in the background while the next variant runs on the GPU
+      c="$checks_dir/$name.$variant"
+      targs=(--text "$c.txt")
+      [ "${CHECK_TEXT:-1}" = 0 ] && targs=()
+      ( "$py" "$here/check_parallel.py" --orthros "$orthros" --suite "$suite" --actual-dir "$work/$name.$variant" \
+          --jobs "${CHECK_JOBS:-1}" --json "$c.json" "${targs[@]}" 2>"$c.err"; echo $? >"$c.rc" ) &
     fi
   done
 done
-rm -f "$work/check.txt" "$work/check.json"
+wait
+if [ -n "$orthros" ]; then
+  for run in "${runs[@]}"; do
+    suite=${run%%|*}
+    label=${run#*|}
+    c="$checks_dir/$label"
+    rc=$(cat "$c.rc")
+    echo "===== orthros check --suite $suite --actual-dir $label" >>"$checks"
+    if [ -f "$c.txt" ]; then
+      cat "$c.txt" >>"$checks"
+      echo "check $label: $(tail -1 "$c.txt")" | tee -a "$log"
+    else
+      echo "(text report not written: CHECK_TEXT=0; see checks.jsonl)" >>"$checks"
+    fi
+    cat "$c.err" >>"$checks"
+    want=0
+    [ "$label" != "${label%-bug}" ] && want=1  # the injected bug must be caught (exit 1), not pass
+    if [ "$rc" -ne "$want" ]; then
+      echo "FAILED: check $label exited $rc (want $want)" | tee -a "$log" >&2
+      failures=$((failures + 1))
+    fi
+    sargs=("$c.json" --label "$label" --append "$jsonl")
+    [ "$want" = 1 ] && sargs+=(--bug)  # on a gradient suite the bug must fail a gradient tensor too
+    if ! "$py" "$here/summarize_checks.py" "${sargs[@]}" 2>&1 | tee -a "$log"; then
+      echo "FAILED: summary of $label" | tee -a "$log" >&2
+      failures=$((failures + 1))
+    fi
+  done
+fi
+rm -rf "$checks_dir"
 if [ "${RESULTS_ARCHIVE:-1}" != 0 ]; then
-  tar -C "$work" -czf "$out/torch_results.tar.gz" .
+  sel=(.)
+  if [ -n "${ARCHIVE_SUITES:-}" ]; then  # only these suites' results (names as given, space-separated)
+    sel=()
+    for s in $ARCHIVE_SUITES; do for d in "$work/$s".*; do [ -d "$d" ] && sel+=("$(basename "$d")"); done; done
+  fi
+  tar -C "$work" -czf "$out/torch_results.tar.gz" "${sel[@]}"
   echo "run_on_gpu.sh: results in $out/torch_results.tar.gz" | tee -a "$log"
 fi
 rm -rf "$work"

@@ -604,7 +604,7 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
     def test_gradient_suite_is_judged_on_eight_tensors_and_the_bug_caught_in_them(self):
         out = os.path.join(self.tmp.name, "out_grad")
         p = self.script(out, self.suite, self.grad_suite, PYTHON=self.fake, VARIANTS="sdpa flex-bug",
-                        RESULTS_ARCHIVE="0")
+                        RESULTS_ARCHIVE="0", CHECK_JOBS="2")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "torch_results.tar.gz")))
         with open(os.path.join(out, "checks.jsonl")) as f:
@@ -624,6 +624,21 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
                         VARIANTS="sdpa-bug", RESULTS_ARCHIVE="0", FAKE_FIX_BUG="1")
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn("FAILED: check golden_grad.sdpa-bug exited 0 (want 1)", p.stderr)
+
+    def test_parallel_check_equals_the_plain_check(self):
+        out = os.path.join(self.tmp.name, "np_bug_par")
+        port(self.grad_suite, out, bug="window-off-by-one")
+        j, t = os.path.join(self.tmp.name, "par.json"), os.path.join(self.tmp.name, "par.txt")
+        p = subprocess.run([sys.executable, os.path.join(PORT_DIR, "check_parallel.py"), "--orthros", ORTHROS,
+                            "--suite", self.grad_suite, "--actual-dir", out, "--jobs", "3", "--json", j, "--text", t],
+                           capture_output=True, text=True)
+        plain = run("check", "--suite", self.grad_suite, "--actual-dir", out, check=False)
+        self.assertEqual((p.returncode, plain.returncode), (1, 1), p.stderr)
+        with open(t) as f:
+            self.assertEqual(f.read(), plain.stdout)
+        with open(j) as f:
+            self.assertEqual(json.load(f), json.loads(run("check", "--suite", self.grad_suite, "--actual-dir", out,
+                                                          "--json", check=False).stdout))
 
     def test_failing_port_runs_exit_nonzero(self):
         p = self.script(os.path.join(self.tmp.name, "out_fail"), PYTHON=self.fake, FAKE_PORT_FAIL="1")
