@@ -7,7 +7,7 @@
 ///      decode pair): dq, dq_out, dk, dv on sampled entries, plus the directional derivative
 ///      along a random direction of all four inputs (every entry at once).
 ///   2. One training step of the model (training.hpp) for PT and SFT at several splits: every
-///      parameter kind on a sampled entry of a random layer, the directional derivative over all
+///      parameter kind on a sampled entry of one layer (rotating over the columns), the directional derivative over all
 ///      parameters, and SFT's loss and gradients against PT with the loss masked to the same rows.
 /// Error of an entry: |g - fd| / (1 + |g|); it passes at <= 1e-6 (central differences with
 /// h = 1e-5: truncation h²/6·|f'''| ~ 2e-11·|f'''|, rounding ~ u·|L|·(#terms)/h < 1e-8 here;
@@ -171,12 +171,14 @@ inline std::vector<ModelColumn> model_columns(const ModelConfig& c, const std::v
       return next_token_cross_entropy(forward(w, c, inputs, T_out, cache), targets);
     };
     const TrainingStep<double> step = pt ? pretrain_step(w, c, seq) : sft_step(w, c, seq, T_out);
-    // one random entry of each parameter kind, in a random layer
+    // one random entry of each parameter kind
     std::vector<std::pair<std::string, std::pair<double*, Index>>> params;
     std::vector<const double*> grads;
     for_each_parameter(w, [&](const std::string& n, double* p, Index k) { params.push_back({n, {p, k}}); });
     for_each_parameter(step.grads, [&](const std::string&, const double* p, Index) { grads.push_back(p); });
-    const int layer = static_cast<int>(rng() % static_cast<std::uint64_t>(c.num_layers));
+    // the layer rotates with the column, so every layer is sampled (the last layer's α, β get exactly
+    // 0: its base stream reaches no logit)
+    const int layer = static_cast<int>(cols.size() % static_cast<size_t>(c.num_layers));
     const std::string prefix = "layers." + std::to_string(layer) + ".";
     for (size_t t = 0; t < params.size(); ++t) {
       const std::string& name = params[t].first;
@@ -265,8 +267,8 @@ inline int run_verify_grad(const ModelConfig& c, const std::string& config_name,
                 (long long)r.P, (long long)r.T_out, mark(r.err[0]), r.has_out ? out : "-", mark(r.err[2]),
                 mark(r.err[3]), mark(r.err[4]), r.seconds);
   }
-  std::printf("\ntraining step: next-token cross-entropy on the output stream (one random entry per parameter kind, "
-              "random layer)\n%-24s", "parameter");
+  std::printf("\ntraining step: next-token cross-entropy on the output stream (one random entry per parameter kind in "
+              "layer column %% L; the last layer's attn.alpha/beta have gradient 0 exactly)\n%-24s", "parameter");
   for (const ModelColumn& col : cols) std::printf(" %14s", col.regime.c_str());
   std::printf("\n");
   for (size_t k = 0; k < cols.front().err.size(); ++k) {
