@@ -2,7 +2,9 @@
 //   orthros check --case CASE --actual RESULT [--expected EXPECTED] [--dtype X] [--json]
 //   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--json]
 // Per tensor (o, o_out, lse, lse_out; and dq, dq_out, dk, dv when the expected results hold
-// gradients: a suite written with `orthros golden --grad`, or a --case holding do/do_out):
+// gradients: a case of a suite written with `orthros golden --grad` whose manifest entry says
+// "grad": true, or a --case holding do/do_out; a "grad": false case of such a suite, e.g.
+// edge_large_logits, is judged on its forward tensors only):
 // relative Frobenius error, max abs error, max relative error, worst index [t, h, d], NaN/Inf
 // counts, the rows over the abs bound with their absolute positions (dk/dv rows are cache rows:
 // row i is position i+1), pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 when a
@@ -25,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,7 @@ struct CaseReport {
   std::vector<check::TensorReport> tensors;
   bool pass = false, skipped = false;
   bool grad = false;  ///< gradients judged too (the expected results hold dq, dq_out, dk, dv)
+  bool forward_only = false;  ///< a "grad": false case of a --grad suite (only the forward judged)
 };
 
 /// Absolute (1-based) position of row `row` of tensor `name` (SPEC §2: base row i is position
@@ -100,7 +104,7 @@ void print_case(const CaseReport& c) {
   std::printf("[%s] %s  (%s%sT=%lld P=%lld T_out=%lld H_q=%lld H_kv=%lld D=%lld w=%lld, %s%s)\n", tag,
               c.name.c_str(), c.regime.c_str(), c.regime.empty() ? "" : ", ", (long long)c.T, (long long)c.P,
               (long long)c.T_out, (long long)c.Hq, (long long)c.Hkv, (long long)c.D, (long long)c.window,
-              c.dtype.c_str(), c.grad ? ", with gradients" : "");
+              c.dtype.c_str(), c.grad ? ", with gradients" : (c.forward_only ? ", forward only: \"grad\": false" : ""));
   if (!c.error.empty()) {
     std::printf("    error: %s\n", c.error.c_str());
     return;
@@ -178,7 +182,8 @@ json case_json(const CaseReport& c) {
   json j{{"name", c.name}, {"regime", c.regime}, {"dtype", c.dtype}, {"T", c.T}, {"P", c.P}, {"T_out", c.T_out},
          {"H_q", c.Hq}, {"H_kv", c.Hkv}, {"D", c.D}, {"window", c.window},
          {"status", c.skipped ? "skipped" : (c.pass ? "pass" : "fail")}, {"tensors", t}};
-  if (c.grad) j["grad"] = true;  // only then: forward-only reports keep their keys
+  if (c.grad) j["grad"] = true;  // only then (or below): forward-only suites' reports keep their keys
+  if (c.forward_only) j["grad"] = false;  // a forward-only case of a --grad suite
   if (!c.error.empty()) j["error"] = c.error;
   return j;
 }
@@ -305,9 +310,16 @@ int run_suite(const Args& a) {
   require(m.value("format", "") == "orthros-golden" && m.contains("cases") && m["cases"].is_array(),
           (root / "manifest.json").string(), " is not an orthros golden manifest");
   std::vector<CaseReport> out;
+  std::optional<bool> suite_grad;
+  try {
+    if (m.contains("grad")) suite_grad = m["grad"].get<bool>();
+  } catch (const json::exception& err) {
+    throw Error(detail::cat((root / "manifest.json").string(), ": \"grad\" must be true or false: ", err.what()));
+  }
   for (const json& jc : m["cases"]) {
     CaseReport c;
     portkit::Expected e;
+    std::optional<bool> case_grad;
     try {  // the suite is an input of the check: a bad manifest entry or expected file throws (exit 2)
       c.name = jc.at("name").get<std::string>();
       if (!a.only.empty() && c.name.find(a.only) == std::string::npos) continue;
@@ -320,17 +332,21 @@ int run_suite(const Args& a) {
       c.Hkv = jc.at("H_kv");
       c.D = jc.at("D");
       c.window = jc.at("window");
+      if (jc.contains("grad")) case_grad = jc["grad"].get<bool>();
       const fs::path ep = root / jc.at("expected").get<std::string>();
       e = with_context("suite " + a.suite + ", case " + c.name + ", expected file " + ep.string(),
                        [&] { return portkit::load_expected(st::read_file(ep.string())); });
     } catch (const json::exception& err) {
       throw Error(detail::cat((root / "manifest.json").string(), ": bad case entry \"", c.name, "\": ", err.what()));
     }
-    require(!m.value("grad", false) || e.grad, "suite ", a.suite, ", case ", c.name,
-            ": the manifest says \"grad\": true but the expected file has no gradients (dq, dq_out, dk, dv)");
+    // The per-case "grad" decides (edge_large_logits is forward-only in a --grad suite); it must
+    // match the expected file.
+    e.grad = with_context("suite " + a.suite + ", case " + c.name,
+                          [&] { return portkit::suite_case_grad(suite_grad, case_grad, e.grad); });
     if (!a.dtype.empty()) e.dtype = a.dtype;
     c.dtype = e.dtype;
     c.grad = e.grad;
+    c.forward_only = suite_grad.value_or(false) && !e.grad;
     const fs::path actual = fs::path(a.actual_dir) / (c.name + ".safetensors");
     if (!fs::exists(actual)) {
       c.skipped = a.skip_missing;

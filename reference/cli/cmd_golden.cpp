@@ -5,9 +5,13 @@
 //   DIR/expected/NAME.safetensors  float64 oracle outputs o, o_out, lse, lse_out + E_X per tensor
 // With --grad (issue 8) every case also holds the upstream gradients do [T,H_q,D] and do_out
 // [T_out,H_q,D] (suite dtype, seeded, never zero) and its expected file the float64 gradients
-// dq, dq_out, dk, dv + E_X per gradient; the manifest says "grad": true. Without --grad the
-// suite's bytes are exactly those of the forward-only suite (the gradients' generator is a
-// separate stream, so q, k, v, q_out do not change).
+// dq, dq_out, dk, dv + E_X per gradient; the manifest says "grad": true, and per case "grad":
+// true or false. Two cases differ from the rest in a --grad suite: `edge_large_logits` stays a
+// forward-only probe ("grad": false: no do/do_out, no expected gradients; its one-hot softmax makes
+// the float64 dq, dq_out, dk rounding residue of order 1e-18..1e-70, which no dtype resolves), and
+// `edge_grad_large_logits` (only in --grad suites) is its well-conditioned gradient counterpart.
+// Without --grad the suite's bytes are exactly those of the forward-only suite (the gradients'
+// generator is a separate stream, so q, k, v, q_out do not change).
 // Inputs come from a portable generator (splitmix64) seeded by (seed, case name), so a case's
 // bytes depend only on the seed, dtype, config and its own definition: regenerating gives
 // identical bytes, and adding a case never changes the others.
@@ -107,6 +111,8 @@ struct CaseSpec {
   Mat<double> dout, dout_out;  // upstream gradients, rows of the sequence's (written with --grad only)
   AttentionDims dims;
   AttentionOptions opt;
+  bool grad = true;       // --grad: this case carries do/do_out and expected gradients (manifest "grad")
+  std::string grad_note;  // --grad: appended to the description (why the case is forward-only)
 };
 
 /// The call on tokens P+1..P+T of `s` with output queries for the last T_out of them.
@@ -136,8 +142,80 @@ CaseSpec named(CaseSpec c, std::string name, std::string regime, std::string des
 
 std::string I(Index x) { return std::to_string(x); }
 
-/// Builds every case of the suite (regimes at the config's shapes; edges at fixed shapes).
-std::vector<CaseSpec> build_suite(const AttentionConfig& cfg, std::uint64_t seed, json& groups) {
+/// Name of the gradient counterpart of edge_large_logits (written only with --grad).
+constexpr const char* kGradLargeLogits = "edge_grad_large_logits";
+/// Its scores: 8*b + (an integer in [-kLargeK, kLargeK]) with |b| in [kLargeB0, kLargeB1]: |s| in [132, 244].
+constexpr int kLargeB0 = 17, kLargeB1 = 30, kLargeK = 4;
+
+/// edge_grad_large_logits (--grad only): large scores whose softmax rows are peaked but not
+/// one-hot, so the backward needs max subtraction (exp(244) overflows f32, exp(-244) underflows
+/// it) while dq, dq_out, dk stay O(1) and well-conditioned. H_q 4, H_kv 2, D 64 (scale 1/8),
+/// T 24, T_out 4, w 8, as edge_large_logits. Per KV head a sign vector u (u_d = ±1); in each of
+/// the 32 dim pairs (2m, 2m+1) a vector x is made orthogonal to u by x_{2m+1} = -u_{2m} u_{2m+1} x_{2m}.
+///   k_j = u + r_j       r_j ⟂ u, r_j,2m in {0, ±4}            (entries ±1, ±3, ±5)
+///   q_i = b_i u + p_i   p_i ⟂ u, p_i,2m = ±1 on 4 random pairs, 0 elsewhere; |b_i| in [17, 30], sign random
+/// so q_i·k_j = 64 b_i + p_i·r_j with p_i·r_j = 2 Σ_m p_i,2m r_j,2m in 8·[-4, 4]: every score
+/// s·q·k = 8 b_i + (an integer in [-4, 4]) is an integer of magnitude 132..244 shared by the keys
+/// up to O(1) differences. All q, k entries are integers below 32 and every product, partial sum
+/// and score is exact in f32 accumulation and representable in bf16/f16 (integers below 256), so
+/// no dtype perturbs the scores: what a port at the dtype gets wrong is its own arithmetic. Why
+/// not larger: an f32 port stores lse = m + log(l) in f32 and recomputes P = exp(s - lse); from
+/// |s| >= 256 that rounding (up to 1.5e-5 relative in P, and so in dq, dk) reaches the 1e-5 f32
+/// bound (docs/porting.md "Gradients"). v, do, do_out: as every case (magnitudes [0.05, 1)).
+CaseSpec grad_large_logits_case(std::uint64_t seed) {
+  const AttentionDims d{4, 2, 64};
+  const Index T = 24, T_out = 4, D = d.head_dim, pairs = D / 2;
+  const int group = d.num_q_heads / d.num_kv_heads;
+  SplitMix g{seed ^ fnv1a(kGradLargeLogits)};
+  Mat<double> u(d.num_kv_heads, D);
+  for (Index i = 0; i < u.size(); ++i) u.data()[i] = (g.next() & 1) ? 1.0 : -1.0;
+  // x_{2m} = a, x_{2m+1} = -u_{2m} u_{2m+1} a: u_{2m} x_{2m} + u_{2m+1} x_{2m+1} = 0 exactly.
+  auto put_pair = [&](double* row, int kvh, Index m, double a) {
+    row[2 * m] += a;
+    row[2 * m + 1] -= u(kvh, 2 * m) * u(kvh, 2 * m + 1) * a;
+  };
+  CaseSpec c;
+  c.dims = d;
+  c.opt.window = 8;
+  c.k.resize(T, Index(d.num_kv_heads) * D);
+  for (Index j = 0; j < T; ++j)
+    for (int h = 0; h < d.num_kv_heads; ++h) {
+      double* row = c.k.data() + j * c.k.cols() + Index(h) * D;
+      for (Index e = 0; e < D; ++e) row[e] = u(h, e);
+      for (Index m = 0; m < pairs; ++m) put_pair(row, h, m, 4.0 * (static_cast<double>(g.next() % 3) - 1.0));
+    }
+  auto queries = [&](Index rows) {
+    Mat<double> q(rows, Index(d.num_q_heads) * D);
+    for (Index i = 0; i < rows; ++i)
+      for (int h = 0; h < d.num_q_heads; ++h) {
+        const int kvh = h / group;
+        double* row = q.data() + i * q.cols() + Index(h) * D;
+        const int mag = kLargeB0 + static_cast<int>(g.next() % (kLargeB1 - kLargeB0 + 1));  // two draws, in order
+        const double b = (g.next() & 1) ? mag : -mag;
+        for (Index e = 0; e < D; ++e) row[e] = b * u(kvh, e);
+        std::vector<bool> used(static_cast<size_t>(pairs), false);
+        for (int n = 0; n < kLargeK;) {  // kLargeK distinct pairs
+          const Index m = static_cast<Index>(g.next() % static_cast<std::uint64_t>(pairs));
+          if (used[static_cast<size_t>(m)]) continue;
+          used[static_cast<size_t>(m)] = true;
+          put_pair(row, kvh, m, (g.next() & 1) ? 1.0 : -1.0);
+          ++n;
+        }
+      }
+    return q;
+  };
+  c.q = queries(T);
+  c.q_out = queries(T_out);
+  c.v = random_mat(T, Index(d.num_kv_heads) * D, g, 1.0);
+  SplitMix gg{seed ^ fnv1a(std::string(kGradLargeLogits) + "/grad")};
+  c.dout = random_mat(T, Index(d.num_q_heads) * D, gg, 1.0);
+  c.dout_out = random_mat(T_out, Index(d.num_q_heads) * D, gg, 1.0);
+  return c;
+}
+
+/// Builds every case of the suite (regimes at the config's shapes; edges at fixed shapes); with
+/// `grad` also the gradient-only case edge_grad_large_logits, last (the others are unchanged).
+std::vector<CaseSpec> build_suite(const AttentionConfig& cfg, std::uint64_t seed, json& groups, bool grad) {
   std::vector<CaseSpec> out;
   const AttentionDims cd = cfg.dims();
   const std::int64_t w = cfg.window;
@@ -243,8 +321,25 @@ std::vector<CaseSpec> build_suite(const AttentionConfig& cfg, std::uint64_t seed
     const Sequence s = make_sequence(seed, e.name, e.P + e.T, d, e.amp);
     CaseSpec c = slice(s, e.P, e.T, e.T_out, e.w);
     if (e.scale != 0) c.opt.scale = e.scale;
+    if (e.name == "edge_large_logits") {  // --grad: a forward-only probe (docs/porting.md "Gradients")
+      c.grad = false;
+      c.grad_note =
+          "; forward only in --grad suites (\"grad\": false: no do/do_out, no expected gradients): its softmax "
+          "rows are one-hot, so dS = P (dP - Delta) is ~e^-1000 and the float64 dq, dq_out, dk are rounding residue "
+          "(1e-18..1e-70) below every dtype's resolution, where the SPEC §6 relative criterion judges nothing (even "
+          "the naive oracle at the dtype fails it); the backward's max subtraction is judged on "
+          "edge_grad_large_logits";
+    }
     out.push_back(named(std::move(c), e.name, "edge", e.description));
   }
+  if (grad)
+    out.push_back(named(grad_large_logits_case(seed), kGradLargeLogits, "edge",
+                        "--grad only: scores of magnitude 132..244 (q = b u + p, k = u + r with p, r orthogonal to "
+                        "u: a large common component, integer score differences of at most 8 within a row), softmax "
+                        "rows peaked but not one-hot; exact in every dtype. The gradient counterpart of "
+                        "edge_large_logits: the backward needs max subtraction (exp(244) overflows f32) while dq, "
+                        "dq_out, dk stay O(1). Not larger: from |s| = 256 an f32 port's lse rounding alone (P = "
+                        "exp(s - lse)) reaches the 1e-5 bound"));
   return out;
 }
 
@@ -267,7 +362,7 @@ int run_golden(const Args& a) {
   require(!ec, "--out: cannot create directory ", (root / "expected").string(), ": ", ec.message());
 
   json groups = json::array();
-  const std::vector<CaseSpec> specs = build_suite(cfg, a.seed, groups);
+  const std::vector<CaseSpec> specs = build_suite(cfg, a.seed, groups, a.grad);
   const double rel = check::rel_tolerance(a.dtype);
   json cases = json::array();
   int n = 0;
@@ -277,7 +372,8 @@ int run_golden(const Args& a) {
     cf.metadata["case"] = c.name;
     cf.metadata["regime"] = c.regime;
     cf.metadata["dtype"] = a.dtype;
-    if (a.grad) {
+    const bool grad = a.grad && c.grad;  // this case carries gradients
+    if (grad) {
       const std::int64_t Hq = c.dims.num_q_heads, D = c.dims.head_dim;
       cf.tensors["do"] = st::from_matrix<double>(c.dout, {c.dout.rows(), Hq, D}, dt);
       cf.tensors["do_out"] = st::from_matrix<double>(c.dout_out, {c.dout_out.rows(), Hq, D}, dt);
@@ -293,7 +389,7 @@ int run_golden(const Args& a) {
     json shapes, abs_tol, errs;
     std::string abs_note;  // "n/a (...)" when the naive oracle at the dtype overflows on this case
     for (const char* t : {"q", "k", "v", "q_out"}) shapes[t] = shape_json(cf.tensors.at(t));
-    if (a.grad)
+    if (grad)
       for (const char* t : portkit::upstream_names()) shapes[t] = shape_json(cf.tensors.at(t));
     for (const std::string& t : e.names()) {
       shapes[t] = shape_json(ef.tensors.at(t));
@@ -307,7 +403,7 @@ int run_golden(const Args& a) {
               {"file", case_rel},
               {"expected", exp_rel},
               {"regime", c.regime},
-              {"description", c.description},
+              {"description", a.grad ? c.description + c.grad_note : c.description},
               {"T", T},
               {"P", P},
               {"T_out", T_out},
@@ -322,6 +418,7 @@ int run_golden(const Args& a) {
               {"tolerance", {{"rel", rel}, {"abs", abs_tol}, {"oracle_at_dtype_maxabs", errs}}}};
     if (!abs_note.empty()) j["tolerance"]["abs_criterion"] = abs_note;
     if (!c.group.empty()) j["group"] = {{"name", c.group}, {"index", c.group_index}, {"size", c.group_size}};
+    if (a.grad) j["grad"] = grad;  // only with --grad: the forward-only suite keeps its bytes
     cases.push_back(j);
     ++n;
   }
@@ -350,10 +447,12 @@ int run_golden(const Args& a) {
       {"cases", cases}};
   if (a.grad) {
     rest["layout"]["gradients"] =
-        "--grad: cases also hold do [T,H_q,D] = dL/do and do_out [T_out,H_q,D] = dL/do_out in dtype; expected "
-        "files also hold dq [T,H_q,D], dq_out [T_out,H_q,D], dk [P+T,H_kv,D], dv [P+T,H_kv,D] in F64 (dk/dv sum "
-        "both streams and every query head of the GQA group; cache rows no query sees are 0) with "
-        "oracle_at_dtype_maxabs.<tensor>; a port's result adds dq, dq_out, dk, dv; dk/dv row i is position i+1";
+        "--grad: every case with \"grad\": true also holds do [T,H_q,D] = dL/do and do_out [T_out,H_q,D] = "
+        "dL/do_out in dtype, and its expected file dq [T,H_q,D], dq_out [T_out,H_q,D], dk [P+T,H_kv,D], dv "
+        "[P+T,H_kv,D] in F64 (dk/dv sum both streams and every query head of the GQA group; cache rows no query "
+        "sees are 0) with oracle_at_dtype_maxabs.<tensor>; a port's result adds dq, dq_out, dk, dv; dk/dv row i is "
+        "position i+1. A case with \"grad\": false (edge_large_logits) is forward-only: no do/do_out, no "
+        "expected gradients, only o, o_out, lse, lse_out judged";
     rest["tolerance_rule"]["gradients"] = "dq, dq_out, dk, dv: the same rel/abs/finite rule, per tensor, with their own "
                                           "oracle_at_dtype_maxabs (oracle forward + backward at the dtype)";
   }

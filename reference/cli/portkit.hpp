@@ -9,6 +9,8 @@
 /// (float64 oracle, orthros_attention_backward in attention_backward.hpp), each with its own E_X:
 /// the max abs error of the oracle at the dtype (orthros_attention<S> then
 /// orthros_attention_backward<S> on the inputs and upstream gradients in S) against float64.
+/// In a `--grad` suite each case says whether it is judged on gradients (manifest `"grad"` per
+/// case, suite_case_grad()): `edge_large_logits` is a forward-only probe there.
 #pragma once
 
 #include "orthros/attention.hpp"
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -271,6 +274,31 @@ inline Expected load_expected(const st::File& f) {
     e.oracle_err[n] = check::AbsBaseline::of(x);
   }
   return e;
+}
+
+/// Whether `orthros check --suite` judges a case's gradients (issue 8), from the manifest's
+/// top-level `"grad"` (`suite_grad`, absent: nullopt), the case's own `"grad"` (`case_grad`) and
+/// whether its expected file holds dq, dq_out, dk, dv (`expected_has_grad`):
+/// - a per-case flag decides and must match the expected file: `"grad": false` is a forward-only
+///   case (only o, o_out, lse, lse_out judged, even in a `--grad` suite: `edge_large_logits`,
+///   whose one-hot softmax leaves no resolvable gradient); `"grad": true` needs the gradients;
+/// - without one, a suite with `"grad": true` (written before per-case flags) needs gradients in
+///   every expected file, and any other suite judges what its expected file holds.
+/// 	hrows orthros::Error (a bad suite: exit 2) when the flag and the expected file disagree.
+inline bool suite_case_grad(std::optional<bool> suite_grad, std::optional<bool> case_grad, bool expected_has_grad) {
+  if (case_grad) {
+    require(!*case_grad || expected_has_grad,
+            "the manifest says \"grad\": true for this case but its expected file has no gradients (dq, dq_out, "
+            "dk, dv)");
+    require(*case_grad || !expected_has_grad,
+            "the manifest says \"grad\": false for this case (forward only) but its expected file holds gradients "
+            "(dq, dq_out, dk, dv)");
+    return *case_grad;
+  }
+  require(!suite_grad.value_or(false) || expected_has_grad,
+          "the manifest says \"grad\": true (and the case has no \"grad\" of its own) but its expected file has no "
+          "gradients (dq, dq_out, dk, dv)");
+  return expected_has_grad;
 }
 
 /// Flat float64 values of a tensor (exact widening).

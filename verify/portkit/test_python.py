@@ -9,6 +9,7 @@ Every random input is seeded; the seed is in each assertion message.
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -446,7 +447,7 @@ class GoldenGradTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.suites = {}
-        for dt in ("f64", "bf16"):
+        for dt in ("f64", "f32", "bf16", "f16"):
             d = os.path.join(cls.tmp.name, dt)
             subprocess.run([os.environ["ORTHROS"], "golden", "--grad", "--out", d, "--dtype", dt, "--seed", "9"],
                            check=True, capture_output=True)
@@ -463,6 +464,8 @@ class GoldenGradTest(unittest.TestCase):
         for c in m["cases"]:
             case, meta = st_read(os.path.join(d, c["file"]))
             exp, emeta = st_read(os.path.join(d, c["expected"]))
+            if not c["grad"]:  # the forward-only edge_large_logits: tested below
+                continue
             self.assertTrue(np.all(case["do"] != 0) and np.all(case["do_out"] != 0), c["name"])
             scale = float(meta["scale"]) if "scale" in meta else None
             g = orthros.attention_backward(case["q"], case["k"], case["v"], case["q_out"], case["do"], case["do_out"],
@@ -516,6 +519,102 @@ class GoldenGradTest(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 1, p.stdout)
         self.assertIn('no tensor "dq"', p.stdout)
+
+
+    def oracle_result(self, d, c, dt):
+        """The oracle at dt (forward and backward) on case c of suite d, as a port's result."""
+        case, meta = st_read(os.path.join(d, c["file"]))
+        args = [case[n] for n in ("q", "k", "v", "q_out")]
+        kw = dict(window=int(meta["window"]), scale=float(meta["scale"]) if "scale" in meta else None, precision=dt)
+        res = dict(orthros.attention(*args, **kw))
+        res.update(orthros.attention_backward(*args, case["do"], case["do_out"], **kw))
+        return res
+
+    def check(self, d, name, tensors, manifest_dir=None):
+        out = os.path.join(self.tmp.name, "res_" + os.path.basename(d))
+        os.makedirs(out, exist_ok=True)
+        st_write(os.path.join(out, name + ".safetensors"), tensors)
+        p = subprocess.run([os.environ["ORTHROS"], "check", "--suite", manifest_dir or d, "--actual-dir", out,
+                            "--only", name, "--json"], capture_output=True, text=True)
+        return p.returncode, (json.loads(p.stdout) if p.returncode in (0, 1) else p.stderr)
+
+    def test_edge_large_logits_is_forward_only_in_a_grad_suite(self):
+        # Its one-hot softmax leaves float64 dq, dq_out, dk of 1e-18..1e-70 (rounding residue): the
+        # case carries no do/do_out, its expected file no gradients, its manifest entry "grad": false.
+        for dt, (d, m) in self.suites.items():
+            cases = {c["name"]: c for c in m["cases"]}
+            self.assertEqual([n for n, c in cases.items() if not c["grad"]], ["edge_large_logits"], dt)
+            c = cases["edge_large_logits"]
+            self.assertIn("forward only in --grad suites", c["description"])
+            self.assertEqual(sorted(c["shapes"]), ["k", "lse", "lse_out", "o", "o_out", "q", "q_out", "v"])
+            case, _ = st_read(os.path.join(d, c["file"]))
+            exp, emeta = st_read(os.path.join(d, c["expected"]))
+            self.assertEqual(sorted(case), ["k", "q", "q_out", "v"], dt)
+            self.assertEqual(sorted(exp), ["lse", "lse_out", "o", "o_out"], dt)
+            self.assertFalse(any(k.startswith("oracle_at_dtype_maxabs.d") for k in emeta), dt)
+        # `orthros check` judges its forward tensors only, in the --grad suite (the port here: the
+        # exact forward, since scores of 1e4 rounded to bf16 can move the naive bf16 oracle's argmax) ...
+        d, m = self.suites["bf16"]
+        c = [c for c in m["cases"] if c["name"] == "edge_large_logits"][0]
+        exact = st_read(os.path.join(d, c["expected"]))[0]
+        rc, rep = self.check(d, c["name"], exact)
+        self.assertEqual(rc, 0, rep)
+        self.assertIs(rep["cases"][0]["grad"], False)
+        self.assertEqual([t["name"] for t in rep["cases"][0]["tensors"]], ["o", "o_out", "lse", "lse_out"])
+        # ... and a suite whose manifest says "grad": true for it (its expected file lacking gradients) is bad: exit 2.
+        bad = os.path.join(self.tmp.name, "bad_manifest")
+        shutil.copytree(d, bad)
+        mm = json.loads(json.dumps(m))
+        [cc for cc in mm["cases"] if cc["name"] == "edge_large_logits"][0]["grad"] = True
+        with open(os.path.join(bad, "manifest.json"), "w") as f:
+            json.dump(mm, f)
+        rc, err = self.check(bad, c["name"], exact, manifest_dir=bad)
+        self.assertEqual(rc, 2, err)
+        self.assertIn('case edge_large_logits: the manifest says "grad": true for this case but its expected file '
+                      "has no gradients", err)
+
+    def test_edge_grad_large_logits_oracle_at_each_dtype_passes(self):
+        for dt, (d, m) in self.suites.items():
+            c = [c for c in m["cases"] if c["name"] == "edge_grad_large_logits"][0]
+            self.assertIs(c["grad"], True)
+            case, meta = st_read(os.path.join(d, c["file"]))
+            # scores: integers of magnitude 132..244, exact in every dtype
+            q = case["q"].reshape(24, 2, 2, 64)
+            s = np.einsum("tgrd,jgd->tgrj", q, case["k"]) * float(c["scale"])
+            self.assertTrue(np.all(s == np.round(s)), dt)
+            self.assertGreaterEqual(np.abs(s).min(), 132, dt)
+            self.assertLessEqual(np.abs(s).max(), 244, dt)
+            res = self.oracle_result(d, c, dt)
+            rc, rep = self.check(d, c["name"], res)
+            self.assertEqual(rc, 0, f"seed=9 {dt}: {rep}")
+            t = {x["name"]: x for x in rep["cases"][0]["tensors"]}
+            self.assertEqual(sorted(t), sorted(["o", "o_out", "lse", "lse_out", *GRADS]), dt)
+            for n in GRADS:
+                if dt == "f64":
+                    self.assertEqual(t[n]["rel_err"], 0.0, n)
+                else:
+                    self.assertGreater(t[n]["rel_err"], 0.0, f"{dt} {n}")
+            # a dq row off by 10x its abs bound fails there (base row 13 = position 14)
+            bad = dict(res)
+            bad["dq"] = np.array(res["dq"], dtype=np.float64)
+            bad["dq"][13, 2, 40] += 10 * c["tolerance"]["abs"]["dq"]
+            rc, rep = self.check(d, c["name"], bad)
+            self.assertEqual(rc, 1, dt)
+            t = {x["name"]: x for x in rep["cases"][0]["tensors"]}
+            self.assertEqual((t["dq"]["pass"], t["dq"]["bad_rows"], t["dq"]["bad_positions"]), (False, [13], [14]), dt)
+            self.assertTrue(all(t[n]["pass"] for n in t if n != "dq"), dt)
+
+    def test_forward_suite_has_no_gradient_case_or_flags(self):
+        d = os.path.join(self.tmp.name, "fwd")
+        subprocess.run([os.environ["ORTHROS"], "golden", "--out", d, "--dtype", "f32", "--seed", "9"], check=True,
+                       capture_output=True)
+        with open(os.path.join(d, "manifest.json")) as f:
+            m = json.load(f)
+        self.assertNotIn("grad", m)
+        self.assertNotIn("edge_grad_large_logits", [c["name"] for c in m["cases"]])
+        self.assertFalse(any("grad" in c for c in m["cases"]))
+        c = [c for c in m["cases"] if c["name"] == "edge_large_logits"][0]
+        self.assertNotIn("forward only", c["description"])
 
 
 class RegimeTest(unittest.TestCase):
