@@ -6,7 +6,7 @@
 #
 # For each suite: results of the sdpa backend, the flex backend, and the deliberately broken
 # variant (sdpa, --bug window-off-by-one) ($VARIANTS overrides the list; flex-bug is the broken
-# flex port), packed in OUT_DIR/torch_results.tar.gz as <suite>.<variant>/NAME.safetensors
+# flex port; $PORT_ARGS are added to every torch_port.py call, e.g. "--grad-accum fp32"), packed in OUT_DIR/torch_results.tar.gz as <suite>.<variant>/NAME.safetensors
 # (RESULTS_ARCHIVE=0: no archive, for suites whose results are too large to bring back;
 # ARCHIVE_SUITES="NAME ...": only those suites' results), plus
 # OUT_DIR/torch_port.log. A gradient suite (`orthros golden --grad`: cases hold `do`, `do_out`)
@@ -57,7 +57,7 @@ runs=()
 for suite in "$@"; do
   name=$(basename "$suite")
   for variant in ${VARIANTS:-sdpa flex sdpa-bug}; do
-    args=(--golden "$suite" --out "$work/$name.$variant" --backend "${variant%-bug}")
+    args=(--golden "$suite" --out "$work/$name.$variant" --backend "${variant%-bug}" ${PORT_ARGS:-})
     [ "$variant" != "${variant%-bug}" ] && args+=(--bug window-off-by-one)
     "$py" "$here/torch_port.py" "${args[@]}" 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}

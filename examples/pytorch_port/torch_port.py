@@ -91,8 +91,9 @@ def flex_stream(q, k, v, q_pos, window, scale, bug):
     return o[0].permute(1, 0, 2), lse[0].detach().float().transpose(0, 1)
 
 
-def orthros_attention(q, k, v, q_out, window, scale, backend="sdpa", bug=None):
-    """The port: returns dict o, o_out, lse, lse_out (torch tensors)."""
+def orthros_attention(q, k, v, q_out, window, scale, backend="sdpa", bug=None, kv_out=None):
+    """The port: returns dict o, o_out, lse, lse_out (torch tensors). kv_out: other tensors holding
+    the same keys/values for the output stream (default k, v)."""
     T, T_out, N = q.shape[0], q_out.shape[0], k.shape[0]
     P = N - T
     dev = q.device
@@ -100,15 +101,33 @@ def orthros_attention(q, k, v, q_out, window, scale, backend="sdpa", bug=None):
     base_pos = P + torch.arange(T, device=dev)                  # 0-based absolute positions
     out_pos = P + T - T_out + torch.arange(T_out, device=dev)   # an output token takes its base token's position
     o, lse = stream(q, k, v, base_pos, window, scale, bug == "window-off-by-one")
-    o_out, lse_out = stream(q_out, k, v, out_pos, None, scale, False)
+    o_out, lse_out = stream(q_out, *(kv_out or (k, v)), out_pos, None, scale, False)
     return {"o": o, "o_out": o_out, "lse": lse, "lse_out": lse_out}
 
 
-def orthros_attention_with_grads(q, k, v, q_out, do, do_out, window, scale, backend="sdpa", bug=None):
+def orthros_attention_with_grads(q, k, v, q_out, do, do_out, window, scale, backend="sdpa", bug=None,
+                                 accum="dtype"):
     """The port's forward and its backward through autograd: returns dict o, o_out, lse, lse_out,
-    dq, dq_out, dk, dv, the gradients of L = sum(o * do) + sum(o_out * do_out)."""
-    leaves = {n: x.detach().clone().requires_grad_(True) for n, x in (("q", q), ("k", k), ("v", v), ("q_out", q_out))}
-    r = orthros_attention(leaves["q"], leaves["k"], leaves["v"], leaves["q_out"], window, scale, backend, bug)
+    dq, dq_out, dk, dv, the gradients of L = sum(o * do) + sum(o_out * do_out).
+
+    accum="dtype": the leaves are in the compute dtype, so autograd adds the two streams' dk/dv
+    and (sdpa: the repeat_interleave backward) the GQA group's heads in that dtype.
+    accum="fp32": the leaves are float32 (exact copies) and each stream reads them through a cast
+    to the compute dtype, with the KV heads repeated to H_q before the cast; attention still runs
+    in the compute dtype, but every gradient sum across streams and query heads is float32 (the
+    fp32 master-gradient layout of mixed-precision training)."""
+    if accum == "fp32":
+        dt, group = q.dtype, q.shape[1] // k.shape[1]
+        leaves = {n: x.detach().float().requires_grad_(True) for n, x in (("q", q), ("k", k), ("v", v),
+                                                                          ("q_out", q_out))}
+        def kv():  # one cast per stream, so the streams' gradients meet in float32 at the leaf
+            return tuple(leaves[n].repeat_interleave(group, dim=1).to(dt) for n in ("k", "v"))
+        r = orthros_attention(leaves["q"].to(dt), *kv(), leaves["q_out"].to(dt), window, scale, backend, bug,
+                              kv_out=kv())
+    else:
+        leaves = {n: x.detach().clone().requires_grad_(True) for n, x in (("q", q), ("k", k), ("v", v),
+                                                                          ("q_out", q_out))}
+        r = orthros_attention(leaves["q"], leaves["k"], leaves["v"], leaves["q_out"], window, scale, backend, bug)
     loss = (r["o"].float() * do.float()).sum() + (r["o_out"].float() * do_out.float()).sum()
     loss.backward()
     out = {n: a.detach() for n, a in r.items()}
@@ -125,6 +144,9 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--bug", choices=["window-off-by-one"])
     ap.add_argument("--no-grad", action="store_true", help="forward only, even on a gradient suite")
+    ap.add_argument("--grad-accum", choices=["dtype", "fp32"], default="dtype",
+                    help="where autograd sums dk/dv over the two streams and the GQA group (default: the "
+                         "compute dtype; fp32: float32 leaves, see orthros_attention_with_grads)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # TF32 would fail the f32 criterion (1e-5)
     torch.backends.cudnn.allow_tf32 = False
@@ -144,7 +166,7 @@ def main():
         try:
             if want_grad:
                 r = orthros_attention_with_grads(x["q"], x["k"], x["v"], x["q_out"], x["do"], x["do_out"], window,
-                                                 scale, args.backend, args.bug)
+                                                 scale, args.backend, args.bug, args.grad_accum)
             else:
                 with torch.no_grad():
                     r = orthros_attention(x["q"], x["k"], x["v"], x["q_out"], window, scale, args.backend, args.bug)
@@ -154,11 +176,13 @@ def main():
         res = {n: a.detach().to("cpu", torch.float64 if out_dtype == "F64" else torch.float32).numpy()
                for n, a in r.items()}
         st_io.write(os.path.join(args.out, case["name"] + ".safetensors"), res,
-                    {"producer": f"examples/pytorch_port/torch_port.py --backend {args.backend}",
+                    {"producer": f"examples/pytorch_port/torch_port.py --backend {args.backend}"
+                                 f" --grad-accum {args.grad_accum}",
                      "torch": torch.__version__, "device": str(args.device), "bug": args.bug or "none"}, out_dtype)
         done += 1
         grads += want_grad
-    print(f"torch_port[{args.backend}, {manifest['dtype']}, {args.device}, torch {torch.__version__}]: "
+    print(f"torch_port[{args.backend}, {manifest['dtype']}, grad-accum {args.grad_accum}, {args.device}, "
+          f"torch {torch.__version__}]: "
           f"{done} results ({grads} with gradients), {len(failed)} errors -> {args.out}")
     for f_ in failed:
         print("  error:", f_)
