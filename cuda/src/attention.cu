@@ -43,9 +43,7 @@ int device_sm_count() {
   return n;
 }
 
-namespace {
-using namespace detail;
-
+namespace detail {
 void validate_config(const AttentionConfig& c) {
   require(c.num_q_heads >= 1, "num_q_heads (H_q) must be >= 1 (got ", c.num_q_heads, ")");
   require(c.num_kv_heads >= 1, "num_kv_heads (H_kv) must be >= 1 (got ", c.num_kv_heads, ")");
@@ -74,6 +72,11 @@ void validate_batch(const BatchLayout& b) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+}  // namespace detail
+
+namespace {
+using namespace detail;
+
 
 struct Plan {
   bool mma;

@@ -77,6 +77,12 @@ __device__ __forceinline__ float merge_val(float a, float b, const MergeCoeffs& 
 /// Natural-log LSE of a finished state.
 __device__ __forceinline__ float state_lse(float m, float l) { return __fmul_rn(__fadd_rn(m, log2f(l)), kLn2); }
 
+/// Host-side argument checks shared by the forward and the backward (attention.cu); each throws
+/// orthros::Error naming the parameter and values.
+void validate_config(const AttentionConfig& c);
+void validate_batch(const BatchLayout& b);
+bool aligned16(const void* p);
+
 /// Per-launch sequence table (kernel parameters, no device metadata).
 constexpr int kMaxSeqPerLaunch = 48;
 struct SeqDesc {

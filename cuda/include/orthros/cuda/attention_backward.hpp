@@ -1,0 +1,79 @@
+/// \file attention_backward.hpp
+/// \brief CUDA (sm_90) backward of the Orthros attention operator for training sequences (PT and
+/// SFT: P = 0), SPEC §9. The CPU oracle is orthros_attention_backward
+/// (reference/include/orthros/attention_backward.hpp).
+///
+/// Plain C++17 like attention.hpp; all pointers are DEVICE pointers; the call is asynchronous on
+/// the given stream, arguments are validated on the host before any launch.
+///
+/// Layouts (row-major; `[sum T_b, ...]` = sequences concatenated, cu_seqlens style):
+///   - inputs as attention_forward() took / wrote them: `q` `[sum T_b, H_q, D]`, `q_out`
+///     `[sum T_out_b, H_q, D]`, `k_cache`/`v_cache` `[B, capacity, H_kv, D]` (rows 0..T_b-1 of
+///     sequence b hold its keys/values: cache_lens[b] = T_b), `o`, `o_out` (dtype), `lse`,
+///     `lse_out` (float32, natural log; the forward's, which define P = exp(s q·k - lse));
+///   - upstream gradients `d_o` `[sum T_b, H_q, D]`, `d_o_out` `[sum T_out_b, H_q, D]` (dtype);
+///   - outputs (dtype): `dq` `[sum T_b, H_q, D]`, `dq_out` `[sum T_out_b, H_q, D]`, and `dk`, `dv`
+///     `[sum T_b, H_kv, D]` PACKED like the projections' outputs k_new/v_new that
+///     rope_append_kv() took (row q_off_b + j = cache row j of sequence b), NOT the cache layout:
+///     what a training step back-propagates into W_K/W_V. dk/dv sum both streams (base queries
+///     through the window, output queries through full causal attention) and every query head
+///     of the GQA group (SPEC §9).
+#pragma once
+
+#include "orthros/cuda/attention.hpp"
+
+namespace orthros::cuda {
+
+/// Device buffers of one backward call. q_out/o_out/lse_out/d_o_out/dq_out may be null when
+/// sum T_out_b == 0.
+struct AttentionBackwardBuffers {
+  const void* q = nullptr;         ///< [sum T_b, H_q, D]
+  const void* q_out = nullptr;     ///< [sum T_out_b, H_q, D]
+  const void* k_cache = nullptr;   ///< [B, capacity, H_kv, D]
+  const void* v_cache = nullptr;   ///< [B, capacity, H_kv, D]
+  std::int64_t capacity = 0;       ///< cache rows per sequence, >= max_b T_b
+  const void* o = nullptr;         ///< forward output [sum T_b, H_q, D]
+  const void* o_out = nullptr;     ///< forward output [sum T_out_b, H_q, D]
+  const float* lse = nullptr;      ///< forward LSE [sum T_b, H_q]
+  const float* lse_out = nullptr;  ///< forward LSE [sum T_out_b, H_q]
+  const void* d_o = nullptr;       ///< dL/do [sum T_b, H_q, D]
+  const void* d_o_out = nullptr;   ///< dL/do_out [sum T_out_b, H_q, D]
+  void* dq = nullptr;              ///< [sum T_b, H_q, D]
+  void* dq_out = nullptr;          ///< [sum T_out_b, H_q, D]
+  void* dk = nullptr;              ///< [sum T_b, H_kv, D] (packed, see the file comment)
+  void* dv = nullptr;              ///< [sum T_b, H_kv, D]
+  /// Scratch for the pre-pass (Δ = rowsum(dO ⊙ O) and the LSE in log2 units, float32 per row and
+  /// head): attention_backward_workspace_bytes(). When null, the call allocates it on the stream
+  /// (cudaMallocAsync / cudaFreeAsync).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+/// Bytes of scratch attention_backward() needs: 8 * (sum T_b + sum T_out_b) * H_q.
+/// \throws orthros::Error on invalid arguments (as attention_backward).
+std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch);
+
+/// Gradients of the Orthros attention operator (SPEC §9) for a ragged batch of training
+/// sequences (P = 0: cache_lens[b] == q_lens[b]; PT T_out = T, SFT 0 < T_out < T; T_out = 0 is
+/// allowed). FlashAttention-2 structure, P recomputed from the saved LSE:
+///   1. pre-pass: Δ = rowsum(dO ⊙ O) in float32 per (row, head), both streams;
+///   2. query-block-outer kernel: dq and dq_out (base rows visit only the KV tiles of their
+///      window band: O(T·w); output rows the causal prefix);
+///   3. KV-block-outer kernel: dk and dv of a 64-key block, visiting the base rows whose window
+///      covers it and the output rows at or after it, all heads of the GQA group in one fixed
+///      order.
+/// No floating-point atomics and no split reductions: every output element is written by one
+/// thread after a fixed sequence of operations that depends only on its own sequence's data, so
+/// the gradients are bitwise identical from run to run and across batch compositions in BOTH
+/// modes; `cfg.deterministic` does not change the backward (there is no faster non-deterministic
+/// path). `cfg.num_splits` is ignored. bf16/f16 with D = 64/128 run on tensor cores (mma.sync
+/// m16n8k16, fp32 accumulate); f32 and other D on SIMT kernels (fp32 arithmetic).
+///
+/// \throws orthros::Error before any launch on everything attention_forward() rejects, on
+///   cache_lens[b] != q_lens[b] (P > 0: not a training sequence), on a null pointer that is
+///   needed, a pointer not 16-byte aligned, or a workspace too small / misaligned.
+/// \throws CudaError when a CUDA call or launch fails (message names the call).
+void attention_backward(const AttentionConfig& cfg, const BatchLayout& batch, const AttentionBackwardBuffers& buf,
+                        cudaStream_t stream = nullptr);
+
+}  // namespace orthros::cuda

@@ -1,0 +1,222 @@
+// Host side of the Orthros attention backward (SPEC §9): validation, the pre-pass, the dq and
+// dk/dv launches. Kernels: attention_backward_kernels.cuh.
+#include "attention_backward_kernels.cuh"
+#include "orthros/cuda/attention_backward.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace orthros::cuda {
+
+namespace {
+using namespace detail;
+
+void validate_backward(const AttentionConfig& c, const BatchLayout& b) {
+  validate_config(c);
+  validate_batch(b);
+  for (size_t i = 0; i < b.q_lens.size(); ++i)
+    require(b.cache_lens[i] == b.q_lens[i], "attention_backward supports training sequences only (P = 0): cache_lens[",
+            i, "] must equal q_lens[", i, "] (got cache_lens = ", b.cache_lens[i], ", q_lens = ", b.q_lens[i], ")");
+}
+
+std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
+  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
+}
+
+bool use_mma(const AttentionConfig& c) { return c.dtype != DType::f32 && (c.head_dim == 64 || c.head_dim == 128); }
+
+template <typename Kernel>
+void set_smem(Kernel k, int bytes, bool& configured) {
+  if (!configured) {  // per instantiation; benign race (idempotent)
+    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configured = true;
+  }
+}
+
+// Benchmarking knob: ORTHROS_CUDA_BWD_ONLY=dq or =dkdv runs only that kernel (after the pre-pass),
+// to time the two kernels apart (bench/gpu/bench_attention_backward_gpu). Unset: both.
+struct Only {
+  bool dq = true, dkdv = true;
+};
+Only only_from_env() {
+  Only o;
+  if (const char* e = std::getenv("ORTHROS_CUDA_BWD_ONLY")) {
+    o.dq = std::strcmp(e, "dkdv") != 0;
+    o.dkdv = std::strcmp(e, "dq") != 0;
+  }
+  return o;
+}
+
+template <typename T, int D>
+void launch_mma_bwd(const BwdParams& bp, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
+  constexpr int dq_smem = (2 * kBwdDqBM + 2 * 2 * kBwdBN) * D * static_cast<int>(sizeof(T));
+  constexpr int BQ = BwdKvShape<D>::BQ;
+  constexpr int kv_smem = (2 * kBwdBN + 4 * BQ) * D * static_cast<int>(sizeof(T)) + 2 * BQ * 3 * 4;
+  static bool cfg_dq = false, cfg_kv = false;
+  set_smem(mma_bwd_dq_kernel<T, D>, dq_smem, cfg_dq);
+  set_smem(mma_bwd_dkdv_kernel<T, D>, kv_smem, cfg_kv);
+  const Only only = only_from_env();
+  if (grid_dq.x > 0 && only.dq) {
+    mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, stream>>>(bp);
+    ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dq_kernel");
+  }
+  if (grid_kv.x > 0 && only.dkdv) {
+    mma_bwd_dkdv_kernel<T, D><<<grid_kv, 128, kv_smem, stream>>>(bp);
+    ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dkdv_kernel");
+  }
+}
+
+template <typename T>
+void run_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf, float* ws,
+                  cudaStream_t stream) {
+  const int group = c.num_q_heads / c.num_kv_heads, D = c.head_dim, Hq = c.num_q_heads;
+  const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const std::int64_t tq = b.total_q(), to = b.total_out(), rows = tq + to;
+  BwdParams bp{};
+  KernelParams& kp = bp.f;
+  kp.q = buf.q;
+  kp.q_out = buf.q_out;
+  kp.k = buf.k_cache;
+  kp.v = buf.v_cache;
+  kp.o = const_cast<void*>(buf.o);  // read only
+  kp.o_out = const_cast<void*>(buf.o_out);
+  kp.lse = const_cast<float*>(buf.lse);
+  kp.lse_out = const_cast<float*>(buf.lse_out);
+  kp.window = c.window;
+  kp.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  kp.Hq = Hq;
+  kp.Hkv = c.num_kv_heads;
+  kp.group = group;
+  kp.D = D;
+  kp.nsplit = 1;
+  kp.chunk_tiles = kDeterministicChunk / kBwdBN;
+  bp.dO = buf.d_o;
+  bp.dO_out = buf.d_o_out;
+  bp.dq = buf.dq;
+  bp.dq_out = buf.dq_out;
+  bp.dk = buf.dk;
+  bp.dv = buf.dv;
+  bp.delta = ws;
+  bp.lse2 = ws + rows * Hq;
+  bp.total_q = tq;
+  bp.scale = static_cast<float>(scale);
+
+  // 1. pre-pass over both streams: 8 (row, head) warps per 256-thread block.
+  {
+    const long long blocks = (rows * Hq + 7) / 8;
+    require(blocks < (1LL << 31), "internal: too many rows for the pre-pass grid (", rows, ")");
+    delta_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        static_cast<const T*>(buf.o), static_cast<const T*>(buf.o_out), static_cast<const T*>(buf.d_o),
+        static_cast<const T*>(buf.d_o_out), buf.lse, buf.lse_out, bp.delta, bp.lse2, tq, rows, Hq, D);
+    ORTHROS_CUDA_LAUNCH_CHECK("delta_kernel");
+  }
+  const bool mma = use_mma(c);
+  const int bm = mma ? kBwdDqBM : kSimtBwdWarps;
+  const int bn_kv = mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
+  int q_off = 0, out_off = 0;
+  const std::int64_t kv_stride = buf.capacity * c.num_kv_heads * D;
+  for (int s0 = 0; s0 < b.batch(); s0 += kMaxSeqPerLaunch) {
+    const int ns = std::min(kMaxSeqPerLaunch, b.batch() - s0);
+    kp.nseq = ns;
+    int max_out_blocks = 0, max_base_blocks = 0, max_kv_blocks = 0;
+    for (int j = 0; j < ns; ++j) {
+      const int s = s0 + j;
+      SeqDesc& d = kp.seq[j];
+      d.cache_len = b.cache_lens[s];
+      d.kv_base = static_cast<long long>(s) * kv_stride;
+      d.q_off = q_off;
+      d.T = b.q_lens[s];
+      d.out_off = out_off;
+      d.T_out = b.out_lens[s];
+      q_off += d.T;
+      out_off += d.T_out;
+      max_out_blocks = std::max(max_out_blocks, (d.T_out * group + bm - 1) / bm);
+      max_base_blocks = std::max(max_base_blocks, (d.T * group + bm - 1) / bm);
+      max_kv_blocks = std::max(max_kv_blocks, static_cast<int>((d.cache_len + bn_kv - 1) / bn_kv));
+    }
+    kp.max_out_blocks = max_out_blocks;
+    const long long gx = static_cast<long long>(max_out_blocks) + max_base_blocks;
+    require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
+    const dim3 grid_dq(static_cast<unsigned>(gx), c.num_kv_heads, ns);
+    const dim3 grid_kv(static_cast<unsigned>(max_kv_blocks), c.num_kv_heads, ns);
+    if (!mma) {
+      if (gx > 0) {
+        simt_bwd_dq_kernel<T><<<grid_dq, kSimtBwdWarps * 32, 0, stream>>>(bp);
+        ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dq_kernel");
+      }
+      if (max_kv_blocks > 0) {
+        simt_bwd_dkdv_kernel<T><<<grid_kv, kSimtBwdWarps * 32, 0, stream>>>(bp);
+        ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dkdv_kernel");
+      }
+      continue;
+    }
+    if constexpr (!std::is_same_v<T, float>) {
+      if (D == 64)
+        launch_mma_bwd<T, 64>(bp, grid_dq, grid_kv, stream);
+      else if (D == 128)
+        launch_mma_bwd<T, 128>(bp, grid_dq, grid_kv, stream);
+      else
+        require(false, "internal: no tensor-core backward kernel for D = ", D);
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch) {
+  validate_backward(cfg, batch);
+  return backward_ws(cfg, batch);
+}
+
+void attention_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf,
+                        cudaStream_t stream) {
+  validate_backward(c, b);
+  std::int64_t max_cache = 0;
+  for (auto x : b.cache_lens) max_cache = std::max(max_cache, x);
+  require(buf.capacity >= max_cache, "capacity (cache rows per sequence) must be >= max cache_lens = ", max_cache,
+          " (got ", buf.capacity, ")");
+  const std::int64_t tq = b.total_q(), to = b.total_out();
+  if (tq > 0) {
+    for (auto [ptr, name] : {std::pair<const void*, const char*>{buf.q, "q"}, {buf.k_cache, "k_cache"},
+                             {buf.v_cache, "v_cache"}, {buf.o, "o"}, {buf.lse, "lse"}, {buf.d_o, "d_o"},
+                             {buf.dq, "dq"}, {buf.dk, "dk"}, {buf.dv, "dv"}})
+      require(ptr != nullptr, name, " must not be null (", tq, " base queries)");
+  }
+  if (to > 0) {
+    for (auto [ptr, name] : {std::pair<const void*, const char*>{buf.q_out, "q_out"}, {buf.o_out, "o_out"},
+                             {buf.lse_out, "lse_out"}, {buf.d_o_out, "d_o_out"}, {buf.dq_out, "dq_out"}})
+      require(ptr != nullptr, name, " must not be null (", to, " output queries)");
+  }
+  for (auto [ptr, name] : {std::pair<const void*, const char*>{buf.q, "q"}, {buf.q_out, "q_out"},
+                           {buf.k_cache, "k_cache"}, {buf.v_cache, "v_cache"}, {buf.o, "o"}, {buf.o_out, "o_out"},
+                           {buf.lse, "lse"}, {buf.lse_out, "lse_out"}, {buf.d_o, "d_o"}, {buf.d_o_out, "d_o_out"},
+                           {buf.dq, "dq"}, {buf.dq_out, "dq_out"}, {buf.dk, "dk"}, {buf.dv, "dv"}})
+    require(aligned16(ptr), name, " must be 16-byte aligned (got ", ptr, ")");
+  if (tq == 0) return;
+  const std::size_t need = backward_ws(c, b);
+  float* ws = nullptr;
+  bool owned = false;
+  if (buf.workspace) {
+    require(buf.workspace_bytes >= need, "workspace_bytes must be >= ", need, " for this call (got ",
+            buf.workspace_bytes, ")");
+    require(aligned16(buf.workspace), "workspace must be 16-byte aligned");
+    ws = static_cast<float*>(buf.workspace);
+  } else {
+    ORTHROS_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), need, stream));
+    owned = true;
+  }
+  try {
+    switch (c.dtype) {
+      case DType::f32: run_backward<float>(c, b, buf, ws, stream); break;
+      case DType::f16: run_backward<__half>(c, b, buf, ws, stream); break;
+      case DType::bf16: run_backward<__nv_bfloat16>(c, b, buf, ws, stream); break;
+    }
+  } catch (...) {
+    if (owned) cudaFreeAsync(ws, stream);
+    throw;
+  }
+  if (owned) ORTHROS_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace orthros::cuda

@@ -1,0 +1,413 @@
+// GPU suite (ctest label `gpu`): the CUDA backward of the Orthros attention operator
+// (orthros::cuda::attention_backward, SPEC §9) against the float64 oracle
+// (orthros_attention_backward<double>) under both SPEC §6 criteria for dq, dq_out, dk, dv, with
+// E_X = max abs error of the oracle at the dtype (orthros_attention_backward<S> after
+// orthros_attention<S>, as reference/cli/portkit.hpp computes it). The GPU backward consumes the
+// GPU forward's o / lse (a training step's chain). Bitwise reproducibility over 20 runs and across
+// batch compositions; argument validation (host only, runs without a GPU).
+#include "gpu_testing.hpp"
+#include "orthros/attention_backward.hpp"
+#include "orthros/cuda/attention_backward.hpp"
+#include "orthros_testing.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <tuple>
+
+using namespace orthros;
+using namespace orthros::gputest;
+using orthros::testing::random_mat;
+using orthros::testing::Rng;
+
+namespace {
+
+/// One training sequence (P = 0) and its upstream gradients, oracle layout.
+template <typename S>
+struct BwdSeq {
+  SeqIn<S> in;
+  Mat<S> dout, dout_out;
+};
+
+template <typename S>
+struct BwdOut {
+  Mat<S> dq, dq_out, dk, dv;
+};
+
+template <typename S>
+BwdSeq<S> make_seq(Rng& rng, const AttentionDims& d, Eigen::Index T, Eigen::Index T_out) {
+  BwdSeq<S> s;
+  s.in.q = random_mat<S>(T, d.num_q_heads * d.head_dim, rng);
+  s.in.k = random_mat<S>(T, d.num_kv_heads * d.head_dim, rng);
+  s.in.v = random_mat<S>(T, d.num_kv_heads * d.head_dim, rng);
+  s.in.q_out = random_mat<S>(T_out, d.num_q_heads * d.head_dim, rng);
+  s.dout = random_mat<S>(T, d.num_q_heads * d.head_dim, rng);
+  s.dout_out = random_mat<S>(T_out, d.num_q_heads * d.head_dim, rng);
+  return s;
+}
+
+void cuda_ok(cudaError_t e, const char* what) { ck(e, what); }
+
+/// Device state of one ragged batch: inputs uploaded once, the GPU forward run once (o, lse),
+/// then run() poisons the gradient buffers with NaN and calls attention_backward.
+template <typename S>
+class BwdRunner {
+ public:
+  BwdRunner(const std::vector<BwdSeq<S>>& seqs, const AttentionDims& dims, cuda::AttentionConfig cfg,
+            Eigen::Index slack = 19)
+      : seqs_(seqs), dims_(dims), cfg_(cfg) {
+    cfg_.dtype = dtype_of<S>();
+    cfg_.num_q_heads = dims.num_q_heads;
+    cfg_.num_kv_heads = dims.num_kv_heads;
+    cfg_.head_dim = dims.head_dim;
+    Hq_ = dims.num_q_heads;
+    Hkv_ = dims.num_kv_heads;
+    D_ = dims.head_dim;
+    for (auto& s : seqs) {
+      lay_.q_lens.push_back(static_cast<int>(s.in.q.rows()));
+      lay_.out_lens.push_back(static_cast<int>(s.in.q_out.rows()));
+      lay_.cache_lens.push_back(s.in.k.rows());
+      cap_ = std::max(cap_, s.in.k.rows());
+      tq_ += s.in.q.rows();
+      to_ += s.in.q_out.rows();
+    }
+    cap_ += slack;
+    const size_t es = sizeof(S), B = seqs.size();
+    auto mk = [](size_t n) { return std::make_unique<DevBuf>(std::max<size_t>(16, n)); };
+    q_ = mk(tq_ * Hq_ * D_ * es);
+    qo_ = mk(to_ * Hq_ * D_ * es);
+    k_ = mk(B * cap_ * Hkv_ * D_ * es);
+    v_ = mk(B * cap_ * Hkv_ * D_ * es);
+    o_ = mk(tq_ * Hq_ * D_ * es);
+    oo_ = mk(to_ * Hq_ * D_ * es);
+    lse_ = mk(tq_ * Hq_ * 4);
+    lseo_ = mk(to_ * Hq_ * 4);
+    do_ = mk(tq_ * Hq_ * D_ * es);
+    doo_ = mk(to_ * Hq_ * D_ * es);
+    dq_ = mk(tq_ * Hq_ * D_ * es);
+    dqo_ = mk(to_ * Hq_ * D_ * es);
+    dk_ = mk(tq_ * Hkv_ * D_ * es);
+    dv_ = mk(tq_ * Hkv_ * D_ * es);
+    size_t qoff = 0, ooff = 0;
+    for (size_t b = 0; b < B; ++b) {
+      const auto& s = seqs[b];
+      q_->upload(s.in.q.data(), s.in.q.size() * es, qoff);
+      do_->upload(s.dout.data(), s.dout.size() * es, qoff);
+      if (s.in.q_out.size()) {
+        qo_->upload(s.in.q_out.data(), s.in.q_out.size() * es, ooff);
+        doo_->upload(s.dout_out.data(), s.dout_out.size() * es, ooff);
+      }
+      k_->upload(s.in.k.data(), s.in.k.size() * es, b * cap_ * Hkv_ * D_ * es);
+      v_->upload(s.in.v.data(), s.in.v.size() * es, b * cap_ * Hkv_ * D_ * es);
+      qoff += s.in.q.size() * es;
+      ooff += s.in.q_out.size() * es;
+    }
+    cuda::AttentionBuffers fb;
+    fb.q = q_->p;
+    fb.q_out = to_ ? qo_->p : nullptr;
+    fb.k_cache = k_->p;
+    fb.v_cache = v_->p;
+    fb.capacity = cap_;
+    fb.o = o_->p;
+    fb.o_out = to_ ? oo_->p : nullptr;
+    fb.lse = static_cast<float*>(lse_->p);
+    fb.lse_out = to_ ? static_cast<float*>(lseo_->p) : nullptr;
+    cuda::attention_forward(cfg_, lay_, fb, nullptr);
+    cuda_ok(cudaGetLastError(), "attention_forward launch");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_forward");
+  }
+
+  /// Poisons dq, dq_out, dk, dv with NaN, runs the backward, returns the per-sequence gradients.
+  std::vector<BwdOut<S>> run(bool with_workspace = false) {
+    dq_->poison();
+    dqo_->poison();
+    dk_->poison();
+    dv_->poison();
+    cuda::AttentionBackwardBuffers bb;
+    bb.q = q_->p;
+    bb.q_out = to_ ? qo_->p : nullptr;
+    bb.k_cache = k_->p;
+    bb.v_cache = v_->p;
+    bb.capacity = cap_;
+    bb.o = o_->p;
+    bb.o_out = to_ ? oo_->p : nullptr;
+    bb.lse = static_cast<const float*>(lse_->p);
+    bb.lse_out = to_ ? static_cast<const float*>(lseo_->p) : nullptr;
+    bb.d_o = do_->p;
+    bb.d_o_out = to_ ? doo_->p : nullptr;
+    bb.dq = dq_->p;
+    bb.dq_out = to_ ? dqo_->p : nullptr;
+    bb.dk = dk_->p;
+    bb.dv = dv_->p;
+    std::unique_ptr<DevBuf> ws;
+    if (with_workspace) {
+      const size_t n = cuda::attention_backward_workspace_bytes(cfg_, lay_);
+      ws = std::make_unique<DevBuf>(std::max<size_t>(16, n));
+      bb.workspace = ws->p;
+      bb.workspace_bytes = n;
+    }
+    cuda::attention_backward(cfg_, lay_, bb, nullptr);
+    cuda_ok(cudaGetLastError(), "attention_backward launch");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_backward");
+    const size_t es = sizeof(S);
+    std::vector<BwdOut<S>> out(seqs_.size());
+    size_t qoff = 0, ooff = 0, koff = 0;
+    for (size_t b = 0; b < seqs_.size(); ++b) {
+      const auto& s = seqs_[b];
+      auto& r = out[b];
+      const Eigen::Index T = s.in.q.rows(), To = s.in.q_out.rows();
+      r.dq.resize(T, Hq_ * D_);
+      r.dq_out.resize(To, Hq_ * D_);
+      r.dk.resize(T, Hkv_ * D_);
+      r.dv.resize(T, Hkv_ * D_);
+      dq_->download(r.dq.data(), r.dq.size() * es, qoff);
+      if (To) dqo_->download(r.dq_out.data(), r.dq_out.size() * es, ooff);
+      dk_->download(r.dk.data(), r.dk.size() * es, koff);
+      dv_->download(r.dv.data(), r.dv.size() * es, koff);
+      qoff += r.dq.size() * es;
+      ooff += r.dq_out.size() * es;
+      koff += r.dk.size() * es;
+    }
+    return out;
+  }
+
+ private:
+  std::vector<BwdSeq<S>> seqs_;
+  AttentionDims dims_;
+  cuda::AttentionConfig cfg_;
+  cuda::BatchLayout lay_;
+  int Hq_ = 0, Hkv_ = 0, D_ = 0;
+  Eigen::Index cap_ = 0, tq_ = 0, to_ = 0;
+  std::unique_ptr<DevBuf> q_, qo_, k_, v_, o_, oo_, lse_, lseo_, do_, doo_, dq_, dqo_, dk_, dv_;
+};
+
+/// SPEC §6 (both criteria) for the four gradients of one sequence; "" when all pass.
+/// worst: max over tensors of max_abs / abs_tol (for the log).
+template <typename S>
+std::string check_grads(const BwdSeq<S>& s, const BwdOut<S>& got, const AttentionDims& dims, std::int64_t window,
+                        double* worst = nullptr) {
+  AttentionOptions opt;
+  opt.window = window;
+  auto d = [](const auto& m) { return m.template cast<double>().eval(); };
+  const auto ref = orthros_attention_backward<double>(d(s.in.q), d(s.in.k), d(s.in.v), d(s.in.q_out), d(s.dout),
+                                                      d(s.dout_out), dims, opt);
+  const auto at = orthros_attention_backward<S>(s.in.q, s.in.k, s.in.v, s.in.q_out, s.dout, s.dout_out, dims, opt);
+  const std::string dt = dtype_name<S>();
+  std::ostringstream os;
+  auto one = [&](const std::string& name, const Mat<S>& actual, const Mat<double>& r, const Mat<S>& oracle_at,
+                 int heads) {
+    if (r.rows() == 0) return;
+    const double ex = check::max_abs_diff(oracle_at, r);
+    const auto rep = check::compare(name, actual, r, heads, dims.head_dim, dt, ex);
+    if (worst) *worst = std::max(*worst, rep.max_abs / rep.abs_tol);
+    if (!rep.pass)
+      os << name << ": rel_fro=" << rep.rel_fro << " (tol " << rep.rel_tol << ") max_abs=" << rep.max_abs << " (tol "
+         << rep.abs_tol << ", oracle@" << dt << "=" << ex << ") nan=" << rep.nan_count << " inf=" << rep.inf_count
+         << " worst at row " << (rep.worst_index.empty() ? -1 : rep.worst_index[0]) << " got " << rep.worst_actual
+         << " ref " << rep.worst_ref << "\n";
+  };
+  one("dq", got.dq, ref.dq, at.dq, dims.num_q_heads);
+  one("dq_out", got.dq_out, ref.dq_out, at.dq_out, dims.num_q_heads);
+  one("dk", got.dk, ref.dk, at.dk, dims.num_kv_heads);
+  one("dv", got.dv, ref.dv, at.dv, dims.num_kv_heads);
+  return os.str();
+}
+
+struct Case {
+  int hq, hkv, D;
+  std::int64_t w;
+  std::vector<std::pair<int, int>> seqs;  // (T, T_out) per sequence
+  bool det;
+};
+
+std::string describe(const Case& c, const char* dt, std::uint64_t seed) {
+  std::ostringstream os;
+  os << dt << " H_q=" << c.hq << " H_kv=" << c.hkv << " D=" << c.D << " w=" << c.w << " det=" << c.det << " seqs=";
+  for (auto [T, To] : c.seqs) os << "(" << T << "," << To << ")";
+  os << " seed=" << seed;
+  return os.str();
+}
+
+template <typename S>
+void oracle_case(const Case& c, std::uint64_t seed) {
+  const std::string what = describe(c, dtype_name<S>(), seed);
+  SCOPED_TRACE(what);
+  Rng rng(seed);
+  AttentionDims dims{c.hq, c.hkv, c.D};
+  std::vector<BwdSeq<S>> seqs;
+  for (auto [T, To] : c.seqs) seqs.push_back(make_seq<S>(rng, dims, T, To));
+  cuda::AttentionConfig cfg;
+  cfg.window = c.w;
+  cfg.deterministic = c.det;
+  BwdRunner<S> runner(seqs, dims, cfg);
+  const auto got = runner.run(/*with_workspace=*/seed % 2 == 0);
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    double worst = 0;
+    const std::string rep = check_grads<S>(seqs[b], got[b], dims, c.w, &worst);
+    EXPECT_TRUE(rep.empty()) << what << " sequence " << b << "\n" << rep;
+    std::printf("[ bwd ] %-70s seq %zu: worst max_abs/tol %.3f\n", what.c_str(), b, worst);
+  }
+}
+
+const std::int64_t kInf = std::int64_t(1) << 40;
+
+}  // namespace
+
+// ---- tensor cores: bf16 / f16, D = 64 / 128 -----------------------------------------------------
+TEST(GpuAttentionBackward, TensorCoreBf16) {
+  ORTHROS_REQUIRE_GPU();
+  std::uint64_t seed = 9100;
+  for (const Case& c : {Case{8, 8, 128, 37, {{200, 200}}, false},              // GQA 1, PT
+                        Case{8, 4, 128, 128, {{150, 37}}, false},              // GQA 2, SFT T/4
+                        Case{6, 2, 64, 1, {{131, 1}}, true},                   // GQA 3, w = 1, T_out = 1
+                        Case{14, 2, 64, kInf, {{97, 97}}, false},              // GQA 7, w >= T
+                        Case{8, 2, 128, 128, {{600, 600}}, false},             // several windows, PT
+                        Case{8, 2, 128, 64, {{70, 70}, {1, 1}, {129, 32}, {64, 0}}, false}})  // ragged
+    oracle_case<Eigen::bfloat16>(c, seed++);
+}
+TEST(GpuAttentionBackward, TensorCoreF16) {
+  ORTHROS_REQUIRE_GPU();
+  std::uint64_t seed = 9200;
+  for (const Case& c : {Case{12, 4, 128, 50, {{257, 64}}, true},  // GQA 3, SFT, T not a tile multiple
+                        Case{4, 4, 64, 16, {{65, 0}}, false},     // T_out = 0
+                        Case{7, 1, 64, 300, {{190, 190}}, false},  // GQA 7, w > T
+                        Case{4, 2, 128, 1, {{33, 8}, {100, 100}}, false}})  // ragged, w = 1
+    oracle_case<Eigen::half>(c, seed++);
+}
+// ---- SIMT path: f32 (any D) and other head dims -------------------------------------------------
+TEST(GpuAttentionBackward, SimtF32AndOtherD) {
+  ORTHROS_REQUIRE_GPU();
+  std::uint64_t seed = 9300;
+  for (const Case& c : {Case{4, 2, 128, 30, {{100, 25}}, false}, Case{7, 1, 64, 1, {{70, 70}}, true},
+                        Case{3, 1, 48, 200, {{50, 50}, {17, 4}}, false}})
+    oracle_case<float>(c, seed++);
+  for (const Case& c : {Case{6, 2, 32, 13, {{90, 22}}, false}, Case{4, 4, 96, kInf, {{40, 40}, {9, 1}}, true}})
+    oracle_case<Eigen::bfloat16>(c, seed++);
+}
+// Small shapes for compute-sanitizer (memcheck / racecheck), every kernel family.
+TEST(GpuAttentionBackward, SanitizerSmall) {
+  ORTHROS_REQUIRE_GPU();
+  oracle_case<Eigen::bfloat16>(Case{4, 2, 128, 20, {{70, 70}, {5, 2}}, false}, 9400);
+  oracle_case<Eigen::half>(Case{6, 2, 64, 9, {{40, 10}, {66, 66}}, false}, 9401);
+  oracle_case<float>(Case{3, 1, 32, 7, {{20, 20}, {11, 3}}, false}, 9402);
+}
+
+// ---- bitwise reproducibility: 20 runs, both modes; and across batch compositions -----------------
+template <typename S>
+void reproducible_case(int D, std::uint64_t seed) {
+  SCOPED_TRACE(std::string(dtype_name<S>()) + " D=" + std::to_string(D) + " seed=" + std::to_string(seed));
+  Rng rng(seed);
+  AttentionDims dims{8, 2, D};
+  std::vector<BwdSeq<S>> seqs{make_seq<S>(rng, dims, 300, 300), make_seq<S>(rng, dims, 130, 40)};
+  std::vector<BwdOut<S>> first;
+  for (bool det : {false, true}) {
+    cuda::AttentionConfig cfg;
+    cfg.window = 128;
+    cfg.deterministic = det;
+    BwdRunner<S> runner(seqs, dims, cfg);
+    for (int run = 0; run < 20; ++run) {
+      const auto got = runner.run(run % 2 == 1);
+      if (first.empty()) {
+        first = got;
+        continue;
+      }
+      for (size_t b = 0; b < seqs.size(); ++b)
+        for (auto [x, y, n] : {std::tuple{&got[b].dq, &first[b].dq, "dq"}, {&got[b].dq_out, &first[b].dq_out, "dq_out"},
+                               {&got[b].dk, &first[b].dk, "dk"}, {&got[b].dv, &first[b].dv, "dv"}}) {
+          const std::string diff = bitwise(*x, *y, n);
+          ASSERT_TRUE(diff.empty()) << "det=" << det << " run " << run << " seq " << b << ": " << diff;
+        }
+    }
+  }
+}
+TEST(GpuAttentionBackward, Bitwise20RunsBothModes) {
+  ORTHROS_REQUIRE_GPU();
+  reproducible_case<Eigen::bfloat16>(128, 9500);
+  reproducible_case<Eigen::half>(64, 9501);
+  reproducible_case<float>(48, 9502);
+}
+
+template <typename S>
+void composition_case(int D, std::uint64_t seed) {
+  SCOPED_TRACE(std::string(dtype_name<S>()) + " D=" + std::to_string(D) + " seed=" + std::to_string(seed));
+  Rng rng(seed);
+  AttentionDims dims{6, 2, D};
+  const auto a = make_seq<S>(rng, dims, 211, 53), b = make_seq<S>(rng, dims, 64, 64), c = make_seq<S>(rng, dims, 5, 1);
+  cuda::AttentionConfig cfg;
+  cfg.window = 40;
+  const auto alone = BwdRunner<S>({a}, dims, cfg).run();
+  const auto mixed = BwdRunner<S>({b, a, c}, dims, cfg, 3).run();
+  const auto pair = BwdRunner<S>({c, a}, dims, cfg, 101).run();
+  for (const auto* other : {&mixed[1], &pair[1]})
+    for (auto [x, y, n] : {std::tuple{&other->dq, &alone[0].dq, "dq"}, {&other->dq_out, &alone[0].dq_out, "dq_out"},
+                           {&other->dk, &alone[0].dk, "dk"}, {&other->dv, &alone[0].dv, "dv"}}) {
+      const std::string diff = bitwise(*x, *y, n);
+      EXPECT_TRUE(diff.empty()) << diff;
+    }
+}
+TEST(GpuAttentionBackward, BitwiseAcrossBatchCompositions) {
+  ORTHROS_REQUIRE_GPU();
+  composition_case<Eigen::bfloat16>(128, 9600);
+  composition_case<Eigen::half>(64, 9601);
+  composition_case<float>(32, 9602);
+}
+
+// ---- argument validation (host only: runs without a GPU) -----------------------------------------
+TEST(GpuAttentionBackward, RejectsBadArguments) {
+  cuda::AttentionConfig cfg;
+  cfg.dtype = cuda::DType::bf16;
+  cfg.num_q_heads = 8;
+  cfg.num_kv_heads = 2;
+  cfg.head_dim = 128;
+  cfg.window = 16;
+  auto fake = [](std::uintptr_t x) { return reinterpret_cast<void*>(x); };
+  cuda::AttentionBackwardBuffers bb;
+  bb.q = bb.q_out = bb.k_cache = bb.v_cache = bb.o = bb.o_out = bb.d_o = bb.d_o_out = fake(0x1000);
+  bb.lse = bb.lse_out = static_cast<const float*>(fake(0x2000));
+  bb.dq = bb.dq_out = bb.dk = bb.dv = fake(0x3000);
+  bb.capacity = 64;
+  auto expect_error = [&](const cuda::AttentionConfig& c, const cuda::BatchLayout& lay,
+                          const cuda::AttentionBackwardBuffers& b, const std::string& needle) {
+    try {
+      cuda::attention_backward(c, lay, b, nullptr);
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const auto lay = cuda::BatchLayout::single(64, 0, 16);
+  expect_error(cfg, cuda::BatchLayout::single(32, 8, 4), bb, "P = 0");  // prefill with a cache: not training
+  expect_error(cfg, cuda::BatchLayout::single(32, 0, 33), bb, "T_out");
+  auto c2 = cfg;
+  c2.window = 0;
+  expect_error(c2, lay, bb, "window");
+  c2 = cfg;
+  c2.num_q_heads = 7;
+  expect_error(c2, lay, bb, "H_q % H_kv");
+  c2 = cfg;
+  c2.head_dim = 72;
+  expect_error(c2, lay, bb, "head_dim");
+  auto b2 = bb;
+  b2.dk = nullptr;
+  expect_error(cfg, lay, b2, "dk must not be null");
+  b2 = bb;
+  b2.d_o_out = nullptr;
+  expect_error(cfg, lay, b2, "d_o_out must not be null");
+  b2 = bb;
+  b2.lse = nullptr;
+  expect_error(cfg, lay, b2, "lse must not be null");
+  b2 = bb;
+  b2.q = fake(0x1002);
+  expect_error(cfg, lay, b2, "q must be 16-byte aligned");
+  b2 = bb;
+  b2.capacity = 10;
+  expect_error(cfg, lay, b2, "capacity");
+  b2 = bb;
+  b2.workspace = fake(0x4000);
+  b2.workspace_bytes = 8;
+  expect_error(cfg, lay, b2, "workspace_bytes");
+  EXPECT_EQ(cuda::attention_backward_workspace_bytes(cfg, lay), size_t(64 + 16) * 8 * 8);
+}
