@@ -10,11 +10,12 @@ PACKAGES=(
   librapidcheck-dev        # property tests
   libgtest-dev googletest  # unit tests
   libbenchmark-dev         # micro-benchmarks
-  doxygen                  # docs target
+  doxygen libjs-mathjax    # docs target (equations rendered offline by MathJax)
   libcli11-dev             # orthros command line
   nlohmann-json3-dev       # safetensors header, manifests, --json reports
   pybind11-dev python3-dev python3-numpy  # Python bindings (issue 3)
   python3-matplotlib       # plotting benchmark results
+  clang libclang-rt-14-dev # libFuzzer + sanitizers for the readers' fuzz targets (ci/fuzz.sh)
 )
 
 missing=()

@@ -153,7 +153,11 @@ void attend_row(const S* q, const Mat<S>& k, const Mat<S>& v, Eigen::Index kv_co
   *lse = m + std::log(l);  // 5.
 }
 
-/// The Orthros attention operator (paper Eq. 2, Algorithm 1 lines "SWA" and "cross-attn"; SPEC §2/§5).
+/// The Orthros attention operator (paper Eq. 2, Algorithm 1 lines "SWA" and "cross-attn"; SPEC §2/§5):
+/// \f[
+///   o_t = \sum_{j=\max(1,t-w+1)}^{t} \operatorname{softmax}_j(s\,q_t\cdot k_j)\,v_j, \qquad
+///   o'_t = \sum_{j=1}^{t} \operatorname{softmax}_j(s\,q'_t\cdot k_j)\,v_j .
+/// \f]
 ///
 /// Shapes (row-major, rows are positions; `[T, H, D]` is stored as `[T, H*D]`):
 ///   - `q`     `[T, H_q*D]`      base queries of absolute positions P+1 .. P+T

@@ -5,6 +5,7 @@
 ///
 /// For one query row q (head h, key range [lo, hi], softmax scale s) with forward output o and
 /// log-sum-exp lse, and upstream gradient dO = `do`:
+/// \code{.unparsed}
 ///   s_j   = s q·k_j                         (the forward's scores, recomputed)
 ///   P_j   = exp(s_j - lse)                  (the forward's probabilities, from the saved LSE)
 ///   dP_j  = dO·v_j                          (dL/dP_j, since o = Σ_j P_j v_j)
@@ -12,10 +13,13 @@
 ///   dS_j  = P_j (dP_j - Δ)                  (softmax Jacobian: dS_j = Σ_i P_j(δ_ij - P_i) dP_i)
 ///   dq    = s Σ_j dS_j k_j
 ///   dk_j += s dS_j q,   dv_j += P_j dO      (summed over every query that sees key j)
+/// \endcode
 ///
 /// Order of the dk/dv sums (fixed, thread-independent): for key row j of KV head g,
+/// \code{.unparsed}
 ///   dk_j = Σ_{h in group g, ascending} s·( Σ_{base rows i ascending} dS_ij q_i + Σ_{output rows i ascending} dS_ij q'_i )
 ///   dv_j = Σ_{h in group g, ascending}   ( Σ_{base rows i ascending} P_ij dO_i + Σ_{output rows i ascending} P_ij dO'_i )
+/// \endcode
 /// with one accumulator per (head, stream). Consequences used by verify/ (SPEC §4.4):
 ///   - a query whose upstream gradient is zero adds exact zeros (x + ±0 = x): SFT equals PT with
 ///     the loss masked to the last T_out positions, bitwise;
@@ -60,12 +64,14 @@ struct RowGrad {
 /// key-side sums.
 ///
 /// Arithmetic (`Acc = AccumT<S>`; each S(.) is exact at S = double/float):
+/// \code{.unparsed}
 ///   1. s_j  = S(Acc(Σ_d q_d k_jd) * scale)     the forward's step 1, bit for bit
 ///   2. P_j  = S(exp(s_j - lse))                probabilities from the saved LSE (Acc)
 ///   3. dP_j = S(Σ_d dO_d v_jd)                 d ascending
 ///   4. Δ    = S(Σ_d dO_d o_d)                  d ascending, o the forward's output
 ///   5. dS_j = S(P_j (dP_j - Δ))
 ///   6. dq_d = S(scale · Σ_j dS_j k_jd)         j ascending
+/// \endcode
 ///
 /// \param q,o,dout   pointers to the D values of the query, its forward output and dO
 /// \param k,v        keys/values `[P+T, H_kv*D]`; \param kv_col first column of the KV head
@@ -107,7 +113,12 @@ void attend_row_backward(const S* q, const S* o, const S* dout, const Mat<S>& k,
   for (int d = 0; d < head_dim; ++d) dq[d] = static_cast<S>(scale * acc[d]);
 }
 
-/// Backward of the Orthros attention operator (paper Eq. 2; orthros_attention in attention.hpp).
+/// Backward of the Orthros attention operator (paper Eq. 2; orthros_attention in attention.hpp):
+/// \f[
+///   dS_j = P_j\,(dO\cdot v_j - dO\cdot o), \quad dq = s\sum_j dS_j\,k_j, \quad
+///   dk_j = s\sum_{i \ni j} dS_{ij}\,q_i, \quad dv_j = \sum_{i \ni j} P_{ij}\,dO_i
+/// \f]
+/// (\f$i \ni j\f$: the queries of both streams and of every head of the GQA group that see key j).
 ///
 /// Given the forward's inputs and outputs and the upstream gradients of both streams, returns
 /// dq, dq_out, dk, dv (see AttentionGrads). Shapes (row-major, `[T, H, D]` stored as `[T, H*D]`):

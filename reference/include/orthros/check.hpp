@@ -12,8 +12,8 @@
 ///   4. `out` has the reference's shape.
 ///
 /// When the naive oracle at X has no finite answer on the inputs (its scaled scores overflow X,
-/// e.g. |q·k·scale| > 65504 at f16: orthros_attention<S> throws; or, for the gradients of the
-/// backward, a gradient overflows X: orthros_attention_backward<S> throws), `E_X` does not exist and
+/// e.g. |q·k·scale| > 65504 at f16: `orthros_attention<S>` throws; or, for the gradients of the
+/// backward, a gradient overflows X: `orthros_attention_backward<S>` throws), `E_X` does not exist and
 /// criterion 2 is *not applicable*: the port is judged by criteria 1, 3 and 4 only, and every
 /// report says so (AbsBaseline::not_applicable, TensorReport::abs_note). A missing `E_X` is never
 /// taken as 0 (that would shrink the bound to 1e-6 and fail correct ports).
@@ -79,14 +79,14 @@ struct AbsBaseline {
   }
 };
 
-/// Prefix of the orthros::Error that orthros_attention<S> throws when finite inputs make the
+/// Prefix of the orthros::Error that `orthros_attention<S>` throws when finite inputs make the
 /// scaled scores overflow S (attention.hpp).
 inline constexpr const char* kOracleOverflowPrefix = "scaled scores q.k*scale overflow";
 
 /// True when `e` says the naive oracle at some precision has no finite answer on finite inputs,
 /// as opposed to bad input: the forward's "scaled scores overflow" error (kOracleOverflowPrefix,
-/// orthros_attention<S>) or the backward's "attention gradients overflow" error
-/// (orthros::kGradientOverflowPrefix, orthros_attention_backward<S> in attention_backward.hpp).
+/// `orthros_attention<S>`) or the backward's "attention gradients overflow" error
+/// (orthros::kGradientOverflowPrefix, `orthros_attention_backward<S>` in attention_backward.hpp).
 inline bool is_oracle_overflow(const std::exception& e) {
   const std::string what = e.what();
   return what.rfind(kOracleOverflowPrefix, 0) == 0 || what.rfind(orthros::kGradientOverflowPrefix, 0) == 0;

@@ -181,7 +181,13 @@ void check_weights(const AttentionWeights<S>& w, const AttentionConfig& cfg, Eig
             cfg.head_dim, " entries; got ", w.q_norm.size(), "/", w.k_norm.size());
 }
 
-/// Orthros attention layer over a ragged batch (paper Algorithm 1, batched).
+/// Orthros attention layer over a ragged batch (paper Algorithm 1, batched):
+/// \f[
+///   k_i = \mathrm{RoPE}(\mathrm{norm}_k(x_i W_K), i),\;
+///   q_i = \mathrm{RoPE}(\alpha \odot \mathrm{norm}_q(x_i W_Q) + \beta, i),\;
+///   q'_i = \mathrm{RoPE}(\alpha' \odot \mathrm{norm}_q(x'_i W_Q) + \beta', i),\;
+///   [y; y'] = [o; o'] W_O .
+/// \f]
 ///
 /// \param w      layer weights; \param cfg attention shapes, window, RoPE, QK-norm
 /// \param x      [sum T_b, d_model]      normed hidden states of the base tokens, sequences stacked

@@ -5,12 +5,14 @@
 /// QK-norm gains.
 ///
 /// The forward, stage by stage (SPEC §2), and the backward of each stage, applied in reverse:
+/// \code{.unparsed}
 ///   y = o W_O, y' = o' W_O          dW_O = oᵀdy + o'ᵀdy',  do = dy W_Oᵀ,  do' = dy' W_Oᵀ
 ///   (o, o') = attention(q, k, v, q')  attention_backward.hpp: dq, dq', dk, dv
 ///   q = RoPE(q̂, i), k = RoPE(k̂, i)   dq̂ = RoPE⁻¹(dq): rope.hpp apply_rope_backward
 ///   q̂ = α ⊙ n + β (q̂' with α', β') dα = Σ_rows dq̂ ⊙ n,  dβ = Σ_rows dq̂,  dn = α ⊙ dq̂
 ///   n = norm_q(x W_Q), k̂ = norm_k(x W_K)  rms_norm_groups_backward (below); the q gain sums both streams
 ///   x W_Q, x' W_Q, x W_K, x W_V     dW = xᵀ d(·) (+ x'ᵀ d(·) for W_Q),  dx = Σ d(·) Wᵀ,  dx' = d(q-lin') W_Qᵀ
+/// \endcode
 /// Every sum has a fixed order (rows ascending, base rows before output rows), so an output row
 /// whose upstream gradient is zero adds exact zeros: what makes SFT equal masked PT bitwise.
 #pragma once
@@ -113,17 +115,22 @@ Mat<S> rms_norm_groups_backward(const Mat<S>& x, const Vec<S>& weight, int group
 /// backward. `y`/`y_out` are bitwise those of orthros_attention_layer on an empty cache.
 template <typename S>
 struct LayerActivations {
-  std::vector<std::int64_t> pos, pos_out;  ///< 0-based RoPE positions of base / output rows
-  detail::QueryStages<S> q, q_out;         ///< base and output-specific query stages
-  detail::KeyStages<S> k;                  ///< key stages
-  Mat<S> v;                                ///< [T, H_kv*D] values
-  AttentionResult<S> attn;                 ///< o, o_out, lse, lse_out
-  Mat<S> y, y_out;                         ///< [T, d_model], [T_out, d_model]
+  std::vector<std::int64_t> pos;      ///< 0-based RoPE positions of the base rows
+  std::vector<std::int64_t> pos_out;  ///< 0-based RoPE positions of the output rows
+  detail::QueryStages<S> q;           ///< base query stages
+  detail::QueryStages<S> q_out;       ///< output-specific query stages
+  detail::KeyStages<S> k;             ///< key stages
+  Mat<S> v;                           ///< [T, H_kv*D] values
+  AttentionResult<S> attn;            ///< o, o_out, lse, lse_out
+  Mat<S> y;                           ///< [T, d_model]
+  Mat<S> y_out;                       ///< [T_out, d_model]
 };
 
 /// Training forward of one layer (paper Algorithm 1 with P = 0), keeping every intermediate.
-/// \param x [T, d_model] base rows (positions 1..T); \param x_out [T_out, d_model] output rows
-///   (positions T-T_out+1..T). \throws orthros::Error as orthros_attention_layer.
+/// \param w     layer weights; \param cfg its configuration
+/// \param x     [T, d_model] base rows (positions 1..T)
+/// \param x_out [T_out, d_model] output rows (positions T-T_out+1..T)
+/// \throws orthros::Error as orthros_attention_layer.
 template <typename S>
 LayerActivations<S> orthros_attention_layer_training_forward(const AttentionWeights<S>& w, const AttentionConfig& cfg,
                                                              const Mat<S>& x, const Mat<S>& x_out) {

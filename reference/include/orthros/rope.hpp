@@ -52,8 +52,9 @@ void apply_rope(S* x, int head_dim, std::int64_t pos, double theta) {
 /// Backward of apply_rope, in place: RoPE is a rotation, so dL/dx = R(a)^T dL/dy = R(-a) dL/dy:
 ///   g[i]     <- g[i] cos a + g[i+D/2] sin a
 ///   g[i+D/2] <- g[i+D/2] cos a - g[i] sin a
-/// \param g D values of dL/d(rotated head), replaced by dL/d(head before RoPE).
-/// Same parameters and errors as apply_rope.
+/// \param g        D values of dL/d(rotated head), replaced by dL/d(head before RoPE)
+/// \param head_dim D, even; \param pos 0-based RoPE position; \param theta RoPE base (> 0)
+/// \throws orthros::Error as apply_rope.
 template <typename S>
 void apply_rope_backward(S* g, int head_dim, std::int64_t pos, double theta) {
   detail::rotate_half_pairs(g, head_dim, pos, theta, -1);

@@ -5,8 +5,10 @@
 /// attention_backward.hpp).
 ///
 /// Loss (natural log, mean over the predicted positions that the mask keeps):
+/// \code{.unparsed}
 ///   L = (1/N) Σ_{r kept} ( logsumexp(logits_r) - logits_r[target_r] ),   N = number of kept rows
 ///   dL/dlogits_r = (softmax(logits_r) - onehot(target_r)) / N   for kept rows, exactly 0 otherwise
+/// \endcode
 /// PT predicts every position (T_out = T); SFT the last T_out. A PT loss masked to the last T_out
 /// rows is the SFT loss: the masked output rows get exact-zero gradients all the way down (an
 /// output row influences only its own logits; output rows never write the KV cache), and every
