@@ -15,6 +15,8 @@
 
 #include "attention_kernels.cuh"
 
+#include <type_traits>
+
 namespace orthros::cuda::detail {
 
 struct BwdParams {
@@ -26,7 +28,7 @@ struct BwdParams {
   void* dk;  // [sum T_b, H_kv, D] packed
   void* dv;
   float* delta;  // [total_q + total_out, H_q]: base rows first, then output rows
-  float* lse2;   // same layout: lse * log2(e)
+  float* lse2;   // same layout: lse * log2(e) (bf16/f16), lse itself (f32; see bwd_prob)
   long long total_q;
   float scale;  // softmax scale s
 };
@@ -54,8 +56,22 @@ __global__ void __launch_bounds__(256) delta_kernel(const T* __restrict__ o, con
   for (int off = 16; off >= 1; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
   if (lane == 0) {
     delta[idx] = s;
-    lse2[idx] = __fmul_rn((out ? lse_out : lse)[local], kLog2e);
+    const float l = (out ? lse_out : lse)[local];
+    lse2[idx] = std::is_same_v<T, float> ? l : __fmul_rn(l, kLog2e);  // see bwd_prob
   }
+}
+
+/// P = exp(s·dot − lse) of the SIMT kernels from the value the pre-pass stored. bf16/f16: the
+/// forward's log2 domain (ex2.approx, like the tensor-core kernels). f32: the natural domain with
+/// one fused rounding of the exponent and the accurate expf, because converting lse to log2 units
+/// costs |lse2|·2^-24 of absolute error in the exponent, several ulps of P, which the f32 bound
+/// (2 E_X + 1e-6) does not leave room for.
+template <typename T>
+__device__ __forceinline__ float bwd_prob(float dot, const KernelParams& f, float scale, float l) {
+  if constexpr (std::is_same_v<T, float>)
+    return expf(__fmaf_rn(dot, scale, -l));
+  else
+    return fast_exp2(__fmaf_rn(dot, f.scale_log2, -l));
 }
 
 __device__ __forceinline__ long long bwd_row_index(const BwdParams& p, const SeqDesc& sd, bool is_out, int i,
@@ -112,8 +128,8 @@ __global__ void __launch_bounds__(kSimtBwdWarps * 32) simt_bwd_dq_kernel(const _
         dot = __fadd_rn(dot, __fmul_rn(sq[warp][d], Elem<T>::to_f(kr[d])));
         dp = __fadd_rn(dp, __fmul_rn(sdo[warp][d], Elem<T>::to_f(vr[d])));
       }
-      const float pj = fast_exp2(__fsub_rn(__fmul_rn(dot, f.scale_log2), lse2));
-      ds = __fmul_rn(pj, __fsub_rn(dp, dl));
+      const float pj = bwd_prob<T>(dot, f, p.scale, lse2);
+      ds = lo == hi ? 0.f : __fmul_rn(pj, __fsub_rn(dp, dl));  // one key: dS = 0 exactly
     }
     const int jb = max(lo - tt * BN, 0), je = min(hi - tt * BN, BN - 1);
     for (int j = jb; j <= je; ++j) {
@@ -155,12 +171,16 @@ __global__ void __launch_bounds__(kSimtBwdWarps * 32) simt_bwd_dkdv_kernel(const
     sv[warp][d] = Elem<T>::to_f(vr[d]);
   }
   __syncwarp();
-  float dk[kSimtBwdMaxDpl], dv[kSimtBwdMaxDpl];
+  // One accumulator per (head, stream), added per head: the oracle's order (shorter chains).
+  float dk[kSimtBwdMaxDpl], dv[kSimtBwdMaxDpl], hk[2][kSimtBwdMaxDpl], hv[2][kSimtBwdMaxDpl];
 #pragma unroll
   for (int k = 0; k < kSimtBwdMaxDpl; ++k) dk[k] = dv[k] = 0.f;
   const long long fpb = sd.cache_len - sd.T, fpo = sd.cache_len - sd.T_out;  // first positions
   for (int g = 0; g < group; ++g) {
     const int head = kvh * group + g;
+#pragma unroll
+    for (int k = 0; k < kSimtBwdMaxDpl; ++k) hk[0][k] = hk[1][k] = hv[0][k] = hv[1][k] = 0.f;
+#pragma unroll
     for (int st = 0; st < 2; ++st) {
       const bool is_out = st == 1;
       int i_lo, i_hi;
@@ -185,8 +205,10 @@ __global__ void __launch_bounds__(kSimtBwdWarps * 32) simt_bwd_dkdv_kernel(const
             dp = __fadd_rn(dp, __fmul_rn(Elem<T>::to_f(dos[roff + d]), sv[warp][d]));
           }
           const long long ridx = bwd_row_index(p, sd, is_out, i, head);
-          pi = fast_exp2(__fsub_rn(__fmul_rn(dot, f.scale_log2), p.lse2[ridx]));
-          ds = __fmul_rn(pi, __fsub_rn(dp, p.delta[ridx]));
+          pi = bwd_prob<T>(dot, f, p.scale, p.lse2[ridx]);
+          const long long pos = (is_out ? fpo : fpb) + i;  // one key seen (pos 0, or w = 1): dS = 0 exactly
+          const bool single = pos == 0 || (!is_out && f.window == 1);
+          ds = single ? 0.f : __fmul_rn(pi, __fsub_rn(dp, p.delta[ridx]));
         }
         const int n = min(32, i_hi - i0 + 1);
         for (int u = 0; u < n; ++u) {
@@ -196,12 +218,17 @@ __global__ void __launch_bounds__(kSimtBwdWarps * 32) simt_bwd_dkdv_kernel(const
           for (int k = 0; k < kSimtBwdMaxDpl; ++k) {
             const int d = lane + 32 * k;
             if (d < D) {
-              dk[k] = __fadd_rn(dk[k], __fmul_rn(du, Elem<T>::to_f(qs[roff + d])));
-              dv[k] = __fadd_rn(dv[k], __fmul_rn(pu, Elem<T>::to_f(dos[roff + d])));
+              hk[st][k] = __fadd_rn(hk[st][k], __fmul_rn(du, Elem<T>::to_f(qs[roff + d])));
+              hv[st][k] = __fadd_rn(hv[st][k], __fmul_rn(pu, Elem<T>::to_f(dos[roff + d])));
             }
           }
         }
       }
+    }
+#pragma unroll
+    for (int k = 0; k < kSimtBwdMaxDpl; ++k) {
+      dk[k] = __fadd_rn(dk[k], __fadd_rn(hk[0][k], hk[1][k]));
+      dv[k] = __fadd_rn(dv[k], __fadd_rn(hv[0][k], hv[1][k]));
     }
   }
   const size_t ooff = ((size_t)(sd.q_off + j) * f.Hkv + kvh) * D;  // P = 0: packed row q_off + j
@@ -332,9 +359,10 @@ __global__ void __launch_bounds__(128) mma_bwd_dq_kernel(const __grid_constant__
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, n = kbase + j * 8 + (e & 1);
-        float pe = fast_exp2(__fsub_rn(__fmul_rn(s[j][e], f.scale_log2), lse2[h]));
+        float pe = fast_exp2(__fmaf_rn(s[j][e], f.scale_log2, -lse2[h]));
         if (n < lo[h] || n > hi[h]) pe = 0.f;
-        s[j][e] = __fmul_rn(pe, __fsub_rn(dp[j][e], dl[h]));  // dS
+        // dS; a row that sees one key has dS = 0 exactly (SPEC §9: w = 1 adds nothing to dq)
+        s[j][e] = lo[h] == hi[h] ? 0.f : __fmul_rn(pe, __fsub_rn(dp[j][e], dl[h]));
       }
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
@@ -515,10 +543,11 @@ __global__ void __launch_bounds__(128) mma_bwd_dkdv_kernel(const __grid_constant
         for (int e = 0; e < 4; ++e) {
           const int col = j * 8 + 2 * c + (e & 1), kp = key[e >> 1], pos = pb[col];
           const bool ok = kp <= pos && (is_out || (long long)(pos - kp) < f.window);
-          float pe = fast_exp2(__fsub_rn(__fmul_rn(s[j][e], f.scale_log2), lb[col]));
+          float pe = fast_exp2(__fmaf_rn(s[j][e], f.scale_log2, -lb[col]));
           if (!ok) pe = 0.f;
-          s[j][e] = pe;                                         // P^T
-          dp[j][e] = __fmul_rn(pe, __fsub_rn(dp[j][e], db[col]));  // dS^T
+          const bool single = pos == 0 || (!is_out && f.window == 1);  // the row sees one key: dS = 0
+          s[j][e] = pe;                                                                   // P^T
+          dp[j][e] = single ? 0.f : __fmul_rn(pe, __fsub_rn(dp[j][e], db[col]));  // dS^T
         }
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk) {

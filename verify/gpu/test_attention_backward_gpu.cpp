@@ -248,7 +248,8 @@ void oracle_case(const Case& c, std::uint64_t seed) {
     double worst = 0;
     const std::string rep = check_grads<S>(seqs[b], got[b], dims, c.w, &worst);
     EXPECT_TRUE(rep.empty()) << what << " sequence " << b << "\n" << rep;
-    std::printf("[ bwd ] %-70s seq %zu: worst max_abs/tol %.3f\n", what.c_str(), b, worst);
+    std::printf("[ bwd ] %-70s seq %zu: worst max_abs/tol %.3f%s%s", what.c_str(), b, worst, rep.empty() ? "" : "\n[ bwd ] FAIL ",
+                rep.empty() ? "\n" : rep.c_str());
   }
 }
 
