@@ -11,7 +11,12 @@
 // result of the port is missing, unreadable, incomplete or wrong, 2 (orthros::Error, one line
 // from main) when an input of the check itself is bad: usage, the case file, --expected, the suite
 // (manifest, case and expected files) or a missing --actual-dir.
+// Layer suites (`orthros golden --level layer`, manifest "level": "layer"; layer_suite.hpp) and layer
+// case files (holding x, x_out, the weights and k_cache/v_cache) are judged the same way on y
+// [T, d_model], y_out [T_out, d_model], k_cache_after and v_cache_after [P+T, H_kv, D]: y rows are
+// positions P+i+1, y_out rows P+T-T_out+i+1, cache rows i+1.
 #include "command.hpp"
+#include "layer_suite.hpp"
 #include "portkit.hpp"
 
 #include "orthros/case_io.hpp"
@@ -44,7 +49,16 @@ struct CaseReport {
   bool pass = false, skipped = false;
   bool grad = false;  ///< gradients judged too (the expected results hold dq, dq_out, dk, dv)
   bool forward_only = false;  ///< a "grad": false case of a --grad suite (only the forward judged)
+  bool layer = false;         ///< a layer case (y, y_out, k_cache_after, v_cache_after judged)
+  std::int64_t d_model = 0;   ///< layer cases: width of x and y
 };
+
+/// "a, b, c and d" from the names a result must hold.
+std::string name_list(const std::vector<std::string>& n) {
+  std::string s;
+  for (size_t i = 0; i < n.size(); ++i) s += (i == 0 ? "" : (i + 1 == n.size() ? " and " : ", ")) + n[i];
+  return s;
+}
 
 /// Absolute (1-based) position of row `row` of tensor `name` (SPEC §2: base row i is position
 /// P+i+1, output row i is position P+T-T_out+i+1, dk/dv row i is position i+1).
@@ -59,6 +73,9 @@ void compare_outputs(CaseReport& c, const portkit::Expected& expected, const st:
   for (const std::string& n : expected.names()) {
     const st::Tensor& ref = expected.file.tensors.at(n);
     auto it = actual.tensors.find(n);
+    if (expected.layer)
+      require(it != actual.tensors.end(), "the result file has no tensor \"", n, "\" (a layer case needs ",
+              name_list(expected.names()), ")");
     require(it != actual.tensors.end(), "the result file has no tensor \"", n, "\" (needs o, o_out, lse, lse_out",
             expected.grad ? "; the expected results include gradients, so also dq, dq_out, dk, dv" : "", ")");
     check::TensorReport r = check::compare(n, portkit::values(it->second), it->second.shape, portkit::values(ref),
@@ -69,6 +86,19 @@ void compare_outputs(CaseReport& c, const portkit::Expected& expected, const st:
 }
 
 void fill_shape_info(CaseReport& c, const st::File& case_file) {
+  if (portkit::is_layer_case(case_file)) {
+    const portkit::LayerCase<double> lc = portkit::load_layer_case<double>(case_file);
+    c.layer = true;
+    c.T = lc.T;
+    c.P = lc.P;
+    c.T_out = lc.T_out;
+    c.d_model = lc.d_model;
+    c.Hq = lc.cfg.num_q_heads;
+    c.Hkv = lc.cfg.num_kv_heads;
+    c.D = lc.cfg.head_dim;
+    c.window = lc.cfg.window;
+    return;
+  }
   const AttentionCase<double> ac = load_attention_case<double>(case_file);
   c.T = ac.T;
   c.P = ac.P;
@@ -101,20 +131,23 @@ std::string ranges(const std::vector<std::int64_t>& rows, std::int64_t offset) {
 
 void print_case(const CaseReport& c) {
   const char* tag = c.skipped ? "SKIP" : (c.pass ? "PASS" : "FAIL");
-  std::printf("[%s] %s  (%s%sT=%lld P=%lld T_out=%lld H_q=%lld H_kv=%lld D=%lld w=%lld, %s%s)\n", tag,
-              c.name.c_str(), c.regime.c_str(), c.regime.empty() ? "" : ", ", (long long)c.T, (long long)c.P,
-              (long long)c.T_out, (long long)c.Hq, (long long)c.Hkv, (long long)c.D, (long long)c.window,
-              c.dtype.c_str(), c.grad ? ", with gradients" : (c.forward_only ? ", forward only: \"grad\": false" : ""));
+  std::printf("[%s] %s  (%s%s%sT=%lld P=%lld T_out=%lld H_q=%lld H_kv=%lld D=%lld w=%lld, %s%s)\n", tag,
+              c.name.c_str(), c.layer ? "layer, " : "", c.regime.c_str(), c.regime.empty() ? "" : ", ",
+              (long long)c.T, (long long)c.P, (long long)c.T_out, (long long)c.Hq, (long long)c.Hkv, (long long)c.D,
+              (long long)c.window, c.dtype.c_str(),
+              c.grad ? ", with gradients" : (c.forward_only ? ", forward only: \"grad\": false" : ""));
   if (!c.error.empty()) {
     std::printf("    error: %s\n", c.error.c_str());
     return;
   }
   if (c.skipped) return;
-  std::printf("    %-8s %-14s %-21s %-21s %-9s %-14s %-25s %4s %4s  %s\n", "tensor", "shape", "rel_err (tol)",
+  const int nw = c.layer ? 13 : 8;  // tensor-name column: k_cache_after is 13 wide
+  std::printf("    %-*s %-14s %-21s %-21s %-9s %-14s %-25s %4s %4s  %s\n", nw, "tensor", "shape", "rel_err (tol)",
               "max_abs (tol)", "max_rel", "worst", "actual / expected", "NaN", "Inf", "result");
   for (const auto& r : c.tensors) {
     char rel[32], ab[32], wv[48];
-    std::snprintf(rel, sizeof rel, "%.2e (%.0e)", r.rel_fro, r.rel_tol);
+    if (r.rel_applicable) std::snprintf(rel, sizeof rel, "%.2e (%.0e)", r.rel_fro, r.rel_tol);
+    else std::snprintf(rel, sizeof rel, "%.2e (n/a)", r.rel_fro);
     if (r.abs_applicable) std::snprintf(ab, sizeof ab, "%.2e (%.2e)", r.max_abs, r.abs_tol);
     else std::snprintf(ab, sizeof ab, "%.2e (n/a)", r.max_abs);
     std::snprintf(wv, sizeof wv, "%.6g / %.6g", r.worst_actual, r.worst_ref);
@@ -131,7 +164,7 @@ void print_case(const CaseReport& c) {
       }
       res += ")";
     }
-    std::printf("    %-8s %-14s %-21s %-21s %-9.2e %-14s %-25s %4lld %4lld  %s\n", r.name.c_str(),
+    std::printf("    %-*s %-14s %-21s %-21s %-9.2e %-14s %-25s %4lld %4lld  %s\n", nw, r.name.c_str(),
                 index_str(r.shape).c_str(), rel, ab, r.max_rel,
                 r.worst_index.empty() ? "-" : index_str(r.worst_index).c_str(), r.worst_index.empty() ? "-" : wv,
                 (long long)r.nan_count, (long long)r.inf_count, res.c_str());
@@ -144,6 +177,8 @@ void print_case(const CaseReport& c) {
       std::printf("    abs criterion: %s; judged by the relative criterion and the NaN/Inf rule only\n",
                   r.abs_note.c_str());
     }
+  for (const auto& r : c.tensors)
+    if (!r.rel_applicable) std::printf("    %s: rel criterion %s\n", r.name.c_str(), r.rel_note.c_str());
   for (const auto& r : c.tensors) {
     if (r.bad_row_count == 0) continue;
     const std::int64_t rows = r.shape.empty() ? 0 : r.shape[0];
@@ -163,7 +198,8 @@ json tensor_json(const check::TensorReport& r, const CaseReport& c) {
   auto num = [](double x) -> json { return std::isfinite(x) ? json(x) : json(std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf")); };
   return json{{"name", r.name},         {"shape", r.shape},
               {"shape_ok", r.shape_ok}, {"rel_err", num(r.rel_fro)},
-              {"rel_tol", r.rel_tol},   {"max_abs", num(r.max_abs)},
+              {"rel_tol", r.rel_tol},   {"rel_criterion", r.rel_applicable ? json("applied") : json(r.rel_note)},
+              {"max_abs", num(r.max_abs)},
               {"abs_tol", r.abs_applicable ? json(r.abs_tol) : json(nullptr)},
               {"oracle_at_dtype_maxabs", r.abs_applicable ? json(r.oracle_at_dtype_maxabs) : json(nullptr)},
               {"abs_criterion", r.abs_applicable ? json("applied") : json(r.abs_note)},
@@ -182,6 +218,10 @@ json case_json(const CaseReport& c) {
   json j{{"name", c.name}, {"regime", c.regime}, {"dtype", c.dtype}, {"T", c.T}, {"P", c.P}, {"T_out", c.T_out},
          {"H_q", c.Hq}, {"H_kv", c.Hkv}, {"D", c.D}, {"window", c.window},
          {"status", c.skipped ? "skipped" : (c.pass ? "pass" : "fail")}, {"tensors", t}};
+  if (c.layer) {  // only then: operator reports keep their keys
+    j["level"] = "layer";
+    j["d_model"] = c.d_model;
+  }
   if (c.grad) j["grad"] = true;  // only then (or below): forward-only suites' reports keep their keys
   if (c.forward_only) j["grad"] = false;  // a forward-only case of a --grad suite
   if (!c.error.empty()) j["error"] = c.error;
@@ -253,9 +293,11 @@ int run_case(const Args& a) {
   const st::File cf = with_context("--case " + a.case_path, [&] {
     require(fs::is_regular_file(a.case_path), "no such file");
     st::File f = st::read_file(a.case_path);
-    require(f.tensors.count("q") && f.tensors.count("k") && f.tensors.count("v") && f.tensors.count("q_out"),
-            "not a case file: it needs tensors q, k, v, q_out (SPEC §5)",
-            f.tensors.count("o") ? "; this looks like a result file, give it as --actual" : "");
+    require(portkit::is_layer_case(f) ||
+                (f.tensors.count("q") && f.tensors.count("k") && f.tensors.count("v") && f.tensors.count("q_out")),
+            "not a case file: it needs tensors q, k, v, q_out (SPEC §5), or x, x_out, the weights and k_cache, "
+            "v_cache (a layer case)",
+            f.tensors.count("o") || f.tensors.count("y") ? "; this looks like a result file, give it as --actual" : "");
     fill_shape_info(c, f);
     return f;
   });
@@ -272,12 +314,22 @@ int run_case(const Args& a) {
     std::string dt = a.dtype;
     auto m = cf.metadata.find("dtype");
     if (dt.empty() && m != cf.metadata.end()) dt = m->second;
-    if (dt.empty()) dt = portkit::check_dtype(cf.tensors.at("q").dtype);
-    e = with_context("--case " + a.case_path, [&] { return portkit::compute_expected(cf, dt); });
+    if (dt.empty()) dt = portkit::check_dtype(cf.tensors.at(c.layer ? "x" : "q").dtype);
+    e = with_context("--case " + a.case_path, [&] {
+      return c.layer ? portkit::compute_layer_expected(cf, dt) : portkit::compute_expected(cf, dt);
+    });
   }
+  if (!a.expected.empty() && e.layer != c.layer)
+    throw Error(detail::cat("--expected ", a.expected, ": ", e.layer ? "a layer expected file" : "an operator expected file",
+                            " does not go with --case ", a.case_path, c.layer ? " (a layer case)" : " (an operator case)"));
   if (!a.expected.empty()) {  // an expected file of another case would blame the port for shapes
-    std::map<std::string, std::vector<std::int64_t>> want{
-        {"o", {c.T, c.Hq, c.D}}, {"o_out", {c.T_out, c.Hq, c.D}}, {"lse", {c.T, c.Hq}}, {"lse_out", {c.T_out, c.Hq}}};
+    std::map<std::string, std::vector<std::int64_t>> want;
+    if (c.layer) {
+      for (const auto& [n, shape] : portkit::layer_output_shapes(c.T, c.P, c.T_out, c.d_model, c.Hkv, c.D))
+        want[n] = shape;
+    } else {
+      want = {{"o", {c.T, c.Hq, c.D}}, {"o_out", {c.T_out, c.Hq, c.D}}, {"lse", {c.T, c.Hq}}, {"lse_out", {c.T_out, c.Hq}}};
+    }
     if (e.grad) {
       want["dq"] = {c.T, c.Hq, c.D};
       want["dq_out"] = {c.T_out, c.Hq, c.D};
@@ -309,6 +361,14 @@ int run_suite(const Args& a) {
   }
   require(m.value("format", "") == "orthros-golden" && m.contains("cases") && m["cases"].is_array(),
           (root / "manifest.json").string(), " is not an orthros golden manifest");
+  std::string level = "op";
+  try {
+    if (m.contains("level")) level = m["level"].get<std::string>();
+  } catch (const json::exception& err) {
+    throw Error(detail::cat((root / "manifest.json").string(), ": \"level\" must be \"op\" or \"layer\": ", err.what()));
+  }
+  require(level == "op" || level == "layer", (root / "manifest.json").string(),
+          ": \"level\" must be \"op\" or \"layer\" (got \"", level, "\")");
   std::vector<CaseReport> out;
   std::optional<bool> suite_grad;
   try {
@@ -332,6 +392,8 @@ int run_suite(const Args& a) {
       c.Hkv = jc.at("H_kv");
       c.D = jc.at("D");
       c.window = jc.at("window");
+      c.layer = level == "layer";
+      if (c.layer) c.d_model = jc.at("d_model");
       if (jc.contains("grad")) case_grad = jc["grad"].get<bool>();
       const fs::path ep = root / jc.at("expected").get<std::string>();
       e = with_context("suite " + a.suite + ", case " + c.name + ", expected file " + ep.string(),
@@ -339,6 +401,8 @@ int run_suite(const Args& a) {
     } catch (const json::exception& err) {
       throw Error(detail::cat((root / "manifest.json").string(), ": bad case entry \"", c.name, "\": ", err.what()));
     }
+    require(e.layer == c.layer, "suite ", a.suite, ", case ", c.name, ": the manifest says \"level\": \"", level,
+            "\" but its expected file is ", e.layer ? "a layer" : "an operator", " expected file");
     // The per-case "grad" decides (edge_large_logits is forward-only in a --grad suite); it must
     // match the expected file.
     e.grad = with_context("suite " + a.suite + ", case " + c.name,

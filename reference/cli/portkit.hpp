@@ -51,14 +51,22 @@ inline const std::array<const char*, 2>& upstream_names() {
   return n;
 }
 
+/// Names of the four tensors a layer case (layer_suite.hpp, `orthros golden --level layer`) is
+/// judged on, in report order: y `[T, d_model]`, y_out `[T_out, d_model]`, k_cache_after and
+/// v_cache_after `[P+T, H_kv, D]`.
+inline const std::array<const char*, 4>& layer_output_names() {
+  static const std::array<const char*, 4> n{"y", "y_out", "k_cache_after", "v_cache_after"};
+  return n;
+}
+
 /// Absolute (1-based) position of row `row` of result tensor `name` in a case with P cached
-/// tokens, T base tokens and T_out output tokens (SPEC §2): base rows (o, lse, dq) are position
-/// P+row+1, output rows (o_out, lse_out, dq_out) P+T-T_out+row+1, and cache rows (dk, dv: the
-/// rows of k/v) row+1.
+/// tokens, T base tokens and T_out output tokens (SPEC §2): base rows (o, lse, dq, y) are position
+/// P+row+1, output rows (o_out, lse_out, dq_out, y_out) P+T-T_out+row+1, and cache rows (dk, dv:
+/// the rows of k/v; k_cache_after, v_cache_after) row+1.
 inline std::int64_t row_position(const std::string& name, std::int64_t row, std::int64_t P, std::int64_t T,
                                  std::int64_t T_out) {
-  if (name == "o_out" || name == "lse_out" || name == "dq_out") return P + T - T_out + row + 1;
-  if (name == "dk" || name == "dv") return row + 1;
+  if (name == "o_out" || name == "lse_out" || name == "dq_out" || name == "y_out") return P + T - T_out + row + 1;
+  if (name == "dk" || name == "dv" || name == "k_cache_after" || name == "v_cache_after") return row + 1;
   return P + row + 1;
 }
 
@@ -68,9 +76,11 @@ struct Expected {
   std::map<std::string, check::AbsBaseline> oracle_err;  ///< tensor name -> E_X (0 for f64), or n/a
   std::string dtype;                                 ///< the dtype whose tolerance applies
   bool grad = false;                                 ///< holds the gradients dq, dq_out, dk, dv
-  /// The tensors a port's result must hold, in report order: output_names(), then grad_names()
-  /// when `grad`.
+  bool layer = false;  ///< a layer case's (layer_suite.hpp): y, y_out, k_cache_after, v_cache_after
+  /// The tensors a port's result must hold, in report order: layer_output_names() for a layer
+  /// case; else output_names(), then grad_names() when `grad`.
   std::vector<std::string> names() const {
+    if (layer) return {layer_output_names().begin(), layer_output_names().end()};
     std::vector<std::string> n(output_names().begin(), output_names().end());
     if (grad) n.insert(n.end(), grad_names().begin(), grad_names().end());
     return n;
@@ -233,7 +243,9 @@ inline Expected compute_expected(const st::File& case_file, const std::string& d
   return e;
 }
 
-/// Reads E_X and the dtype back from an expected file written by compute_expected(). A file with
+/// Reads E_X and the dtype back from an expected file written by compute_expected() or, for a
+/// layer case, compute_layer_expected() (a file holding `y`: Expected::layer, needs y, y_out,
+/// k_cache_after, v_cache_after and their E_X). A file with
 /// any gradient tensor is a gradient expected file (Expected::grad): it must hold all four
 /// (dq, dq_out, dk, dv) and their `oracle_at_dtype_maxabs.*` metadata.
 /// \throws orthros::Error if a tensor (o, o_out, lse, lse_out; in a gradient file also dq, dq_out,
@@ -242,9 +254,15 @@ inline Expected compute_expected(const st::File& case_file, const std::string& d
 inline Expected load_expected(const st::File& f) {
   Expected e;
   e.file = f;
+  e.layer = f.tensors.count("y") > 0;  // a layer expected file (layer_suite.hpp)
+  if (e.layer)
+    for (const char* n : layer_output_names())
+      require(f.tensors.count(n), "not a layer expected file: it has no tensor \"", n,
+              "\" (needs y, y_out, k_cache_after, v_cache_after)");
   for (const char* n : output_names())
-    require(f.tensors.count(n), "not an expected file: it has no tensor \"", n, "\" (needs o, o_out, lse, lse_out)");
-  for (const char* n : grad_names()) e.grad = e.grad || f.tensors.count(n) > 0;
+    require(e.layer || f.tensors.count(n), "not an expected file: it has no tensor \"", n,
+            "\" (needs o, o_out, lse, lse_out; a layer expected file y, y_out, k_cache_after, v_cache_after)");
+  for (const char* n : grad_names()) e.grad = e.grad || (!e.layer && f.tensors.count(n) > 0);
   if (e.grad)
     for (const char* n : grad_names())
       require(f.tensors.count(n), "gradient expected file without tensor \"", n,
@@ -284,7 +302,7 @@ inline Expected load_expected(const st::File& f) {
 ///   whose one-hot softmax leaves no resolvable gradient); `"grad": true` needs the gradients;
 /// - without one, a suite with `"grad": true` (written before per-case flags) needs gradients in
 ///   every expected file, and any other suite judges what its expected file holds.
-/// 	hrows orthros::Error (a bad suite: exit 2) when the flag and the expected file disagree.
+/// \throws orthros::Error (a bad suite: exit 2) when the flag and the expected file disagree.
 inline bool suite_case_grad(std::optional<bool> suite_grad, std::optional<bool> case_grad, bool expected_has_grad) {
   if (case_grad) {
     require(!*case_grad || expected_has_grad,
@@ -303,8 +321,9 @@ inline bool suite_case_grad(std::optional<bool> suite_grad, std::optional<bool> 
 
 /// Flat float64 values of a tensor (exact widening).
 inline std::vector<double> values(const st::Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (std::int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = st::element(t, i);
+  const std::int64_t n = t.numel();
+  std::vector<double> v(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = st::element(t, i);
   return v;
 }
 
