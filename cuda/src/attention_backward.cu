@@ -138,8 +138,13 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     kp.max_out_blocks = max_out_blocks;
     const long long gx = static_cast<long long>(max_out_blocks) + max_base_blocks;
     require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
-    const dim3 grid_dq(static_cast<unsigned>(gx), c.num_kv_heads, ns);
-    const dim3 grid_kv(static_cast<unsigned>(max_kv_blocks), c.num_kv_heads, ns);
+    // Grids are 1-D per sequence with the KV head fastest (blockIdx.x = block * H_kv + head): the
+    // longest row blocks / key blocks of EVERY head are dispatched first (with the head as gridDim.y
+    // the last head's longest blocks started last and ran alone at the end).
+    const long long gxq = gx * c.num_kv_heads, gxk = static_cast<long long>(max_kv_blocks) * c.num_kv_heads;
+    require(gxq < (1LL << 31) && gxk < (1LL << 31), "internal: grid too large (", gxq, " blocks)");
+    const dim3 grid_dq(static_cast<unsigned>(gxq), 1, ns);
+    const dim3 grid_kv(static_cast<unsigned>(gxk), 1, ns);
     if (!mma) {
       if (gx > 0) {
         simt_bwd_dq_kernel<T><<<grid_dq, kSimtBwdWarps * 32, 0, stream>>>(bp);

@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(kSimtBwdWarps * 32) simt_bwd_dq_kernel(const _
   const KernelParams& f = p.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const SeqDesc& sd = f.seq[blockIdx.z];
-  const int kvh = blockIdx.y;
-  const Work w = make_work<BM, BN>(f, sd);
+  const int kvh = blockIdx.x % f.Hkv;  // KV head fastest: every head's longest blocks start first
+  const Work w = make_work_at<BM, BN>(f, sd, blockIdx.x / f.Hkv);
   if (!w.valid) return;
   const int D = f.D, Hq = f.Hq;
   const int r = w.rb * BM + warp;
@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(kSimtBwdWarps * 32) simt_bwd_dkdv_kernel(const
   const KernelParams& f = p.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const SeqDesc& sd = f.seq[blockIdx.z];
-  const int kvh = blockIdx.y;
-  const int j = blockIdx.x * kSimtBwdWarps + warp;
+  const int kvh = blockIdx.x % f.Hkv;  // KV head fastest (longest keys first, all heads)
+  const int j = blockIdx.x / f.Hkv * kSimtBwdWarps + warp;
   if (j >= sd.cache_len) return;
   const int D = f.D, Hq = f.Hq, group = f.group;
   const T* kr = static_cast<const T*>(f.k) + sd.kv_base + ((size_t)j * f.Hkv + kvh) * D;
@@ -262,8 +262,8 @@ __global__ void __launch_bounds__(128) mma_bwd_dq_kernel(const __grid_constant__
   const KernelParams& f = p.f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const SeqDesc& sd = f.seq[blockIdx.z];
-  const int kvh = blockIdx.y;
-  const Work w = make_work<BM, BN>(f, sd);
+  const int kvh = blockIdx.x % f.Hkv;  // KV head fastest: every head's longest blocks start first
+  const Work w = make_work_at<BM, BN>(f, sd, blockIdx.x / f.Hkv);
   if (!w.valid) return;
   const T* qsrc = static_cast<const T*>(w.is_out ? f.q_out : f.q);
   const T* dosrc = static_cast<const T*>(w.is_out ? p.dO_out : p.dO);
@@ -419,8 +419,10 @@ __global__ void __launch_bounds__(128) mma_bwd_dkdv_kernel(const __grid_constant
   const KernelParams& f = p.f;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const SeqDesc& sd = f.seq[blockIdx.z];
-  const int kvh = blockIdx.y, group = f.group;
-  const int j0 = blockIdx.x * BN;
+  // KV head fastest: the key blocks that see the most rows (the first ones: every later output
+  // row sees them) start first for every head (longest-first dispatch, a shorter tail).
+  const int kvh = blockIdx.x % f.Hkv, group = f.group;
+  const int j0 = blockIdx.x / f.Hkv * BN;
   if (j0 >= sd.cache_len) return;
   const int j1 = (int)min((long long)j0 + BN, sd.cache_len) - 1;
   const long long fpb = sd.cache_len - sd.T, fpo = sd.cache_len - sd.T_out;

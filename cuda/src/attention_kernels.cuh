@@ -35,11 +35,11 @@ __device__ __forceinline__ int row_hi(const KernelParams& p, const Work& w, int 
   return w.first_pos + r / p.group;
 }
 
+/// The work of block index x (the forward: blockIdx.x; the backward flattens (x, KV head)).
 template <int BM, int BN>
-__device__ __forceinline__ Work make_work(const KernelParams& p, const SeqDesc& sd) {
+__device__ __forceinline__ Work make_work_at(const KernelParams& p, const SeqDesc& sd, int x) {
   Work w;
   const int out_work = p.max_out_blocks * p.nsplit;
-  const int x = blockIdx.x;
   w.sp = 0;
   if (x < out_work) {
     w.is_out = true;
@@ -72,6 +72,11 @@ __device__ __forceinline__ Work make_work(const KernelParams& p, const SeqDesc& 
   w.tb = tb;
   w.te = te;
   return w;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ Work make_work(const KernelParams& p, const SeqDesc& sd) {
+  return make_work_at<BM, BN>(p, sd, blockIdx.x);
 }
 
 __device__ __forceinline__ float* partial_ptr(const KernelParams& p, const SeqDesc& sd, int i, int head, int sp) {
