@@ -181,6 +181,7 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   d["inf_count"] = r.inf_count;
   d["rel_tol"] = r.rel_tol;
   // Criterion 2 not applicable (no finite naive oracle at the dtype): None, and abs_criterion says why.
+  d["rel_criterion"] = r.rel_applicable ? std::string("applied") : r.rel_note;
   d["abs_tol"] = r.abs_applicable ? py::object(py::float_(r.abs_tol)) : py::object(py::none());
   d["oracle_at_dtype_maxabs"] =
       r.abs_applicable ? py::object(py::float_(r.oracle_at_dtype_maxabs)) : py::object(py::none());

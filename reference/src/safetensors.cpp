@@ -32,11 +32,13 @@ void store_le(std::uint8_t* p, std::uint64_t v, int nbytes) {
 
 std::int64_t checked_product(const std::vector<std::int64_t>& shape, const std::string& what) {
   std::int64_t n = 1;
+  // Plain ifs, not require(): its arguments (shape_string) would be built on every call, and
+  // numel() runs per element in some readers' loops.
   for (std::int64_t d : shape) {
-    require(d >= 0, what, ": negative dimension ", d, " in shape ", shape_string(shape));
+    if (d < 0) throw Error(cat(what, ": negative dimension ", d, " in shape ", shape_string(shape)));
     std::int64_t out = 0;
-    require(!__builtin_mul_overflow(n, d, &out), what, ": element count of shape ", shape_string(shape),
-            " overflows");
+    if (__builtin_mul_overflow(n, d, &out))
+      throw Error(cat(what, ": element count of shape ", shape_string(shape), " overflows"));
     n = out;
   }
   return n;

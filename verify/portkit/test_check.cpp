@@ -437,3 +437,32 @@ RC_GTEST_PROP(CheckProperty, SelfComparisonAlwaysPasses, ()) {
   RC_ASSERT(r.max_abs == 0.0);
   RC_ASSERT(r.rel_fro == 0.0);
 }
+
+// An exactly-zero reference (structural zeros of the backward: dq with w = 1, gradients of a
+// one-key row) has no relative scale: criterion 1 is n/a and the max-abs bound judges. Rounding
+// noise below 2·E_X + 1e-6 passes; noise above it fails; NaN still fails.
+TEST(CheckCompare, ExactlyZeroReferenceIsJudgedByTheAbsBound) {
+  const std::vector<std::int64_t> shape{3, 2, 4};
+  const std::vector<double> ref(24, 0.0);
+  std::vector<double> act(24, 0.0);
+  act[5] = 2.4e-7;  // the size of the noise PyTorch's autograd leaves on such a tensor (H200 run)
+  auto r = oc::compare("dq", act, shape, ref, shape, "bf16", 0.0);
+  EXPECT_FALSE(r.rel_applicable);
+  EXPECT_NE(r.rel_note.find("exactly zero"), std::string::npos);
+  EXPECT_TRUE(std::isinf(r.rel_fro));
+  EXPECT_TRUE(r.pass_rel && r.pass_abs && r.pass) << r.max_abs;
+  act[5] = 3e-6;  // over 2*0 + 1e-6
+  r = oc::compare("dq", act, shape, ref, shape, "bf16", 0.0);
+  EXPECT_FALSE(r.pass_abs);
+  EXPECT_FALSE(r.pass);
+  ASSERT_EQ(r.bad_rows.size(), 1u);
+  EXPECT_EQ(r.bad_rows[0], 0);
+  act[5] = std::numeric_limits<double>::quiet_NaN();
+  r = oc::compare("dq", act, shape, ref, shape, "bf16", 0.0);
+  EXPECT_FALSE(r.pass);
+  // A non-zero reference keeps criterion 1.
+  std::vector<double> ref2 = ref;
+  ref2[0] = 1.0;
+  r = oc::compare("dq", ref2, shape, ref2, shape, "bf16", 0.0);
+  EXPECT_TRUE(r.rel_applicable);
+}

@@ -11,6 +11,11 @@
 ///   3. no NaN or Inf in `out` (the reference of finite inputs is always finite);
 ///   4. `out` has the reference's shape.
 ///
+/// When the reference tensor is exactly zero everywhere (structural zeros of the backward: `dq`
+/// with w = 1, every gradient of a one-key softmax row, `dq_out`/`dk` when a single key is seen),
+/// criterion 1 is *not applicable* — `‖out − ref‖_F / 0` is infinite for any rounding noise — and
+/// the tensor is judged by criteria 2-4 (TensorReport::rel_applicable, rel_note).
+///
 /// When the naive oracle at X has no finite answer on the inputs (its scaled scores overflow X,
 /// e.g. |q·k·scale| > 65504 at f16: `orthros_attention<S>` throws; or, for the gradients of the
 /// backward, a gradient overflows X: `orthros_attention_backward<S>` throws), `E_X` does not exist and
@@ -105,6 +110,11 @@ struct TensorReport {
   std::string dtype;                 ///< dtype whose tolerance applies
   bool shape_ok = true;              ///< actual has the reference's shape (criterion 4)
   double rel_fro = 0;                ///< ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf)
+  /// Criterion 1 applies: false when the reference is exactly zero everywhere (‖ref‖_F = 0, e.g.
+  /// dq with w = 1 or every gradient of a one-key softmax row): a relative error has no scale
+  /// there, and the tensor is judged by criteria 2-4 (`rel_note` says so).
+  bool rel_applicable = true;
+  std::string rel_note;              ///< "n/a (...)" when criterion 1 does not apply, else ""
   double max_abs = 0;                ///< max_i |out_i − ref_i| over finite out_i
   double max_rel = 0;                ///< max_i |out_i − ref_i| / max(|ref_i|, 1e-6·max|ref|) (informational)
   std::vector<std::int64_t> worst_index;  ///< multi-index of the max-abs error (first NaN/Inf if any)
@@ -239,6 +249,8 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
     r.rel_fro = std::numeric_limits<double>::infinity();
   } else if (ref2 == 0) {
     r.rel_fro = diff2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+    r.rel_applicable = false;
+    r.rel_note = "n/a (the reference is exactly zero: judged by the max-abs bound)";
   } else {
     r.rel_fro = std::sqrt(diff2) / std::sqrt(ref2);
   }
@@ -249,7 +261,7 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
     r.worst_ref = ref[static_cast<std::size_t>(at)];
   }
   r.pass_finite = finite;
-  r.pass_rel = finite && r.rel_fro <= r.rel_tol;
+  r.pass_rel = finite && (!r.rel_applicable || r.rel_fro <= r.rel_tol);
   r.pass_abs = finite && (!r.abs_applicable || r.max_abs <= r.abs_tol);
   r.pass = r.shape_ok && r.pass_finite && r.pass_rel && r.pass_abs;
   return r;
