@@ -1,4 +1,5 @@
-// Python bindings of the Orthros CPU oracle (issue 3): module `orthros`.
+// Python bindings of the Orthros CPU oracle (issue 3): the compiled module `orthros._core`, re-exported
+// by the package `orthros` (reference/python/orthros/__init__.py), so every name is used as `orthros.<name>`.
 //
 // Tensors are NumPy arrays in the layout of SPEC §5: q [T, H_q, D], k/v [P+T, H_kv, D],
 // q_out [T_out, H_q, D]; o [T, H_q, D], lse [T, H_q]. The backward (issue 8): do [T, H_q, D],
@@ -180,8 +181,8 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   d["nan_count"] = r.nan_count;
   d["inf_count"] = r.inf_count;
   d["rel_tol"] = r.rel_tol;
-  // Criterion 2 not applicable (no finite naive oracle at the dtype): None, and abs_criterion says why.
   d["rel_criterion"] = r.rel_applicable ? std::string("applied") : r.rel_note;
+  // Criterion 2 not applicable (no finite naive oracle at the dtype): None, and abs_criterion says why.
   d["abs_tol"] = r.abs_applicable ? py::object(py::float_(r.abs_tol)) : py::object(py::none());
   d["oracle_at_dtype_maxabs"] =
       r.abs_applicable ? py::object(py::float_(r.oracle_at_dtype_maxabs)) : py::object(py::none());
@@ -512,7 +513,7 @@ void bind_model(py::module_& m, const char* model_name, const char* cache_name) 
 
 }  // namespace
 
-PYBIND11_MODULE(orthros, m) {
+PYBIND11_MODULE(_core, m) {
   m.doc() = "Orthros attention CPU oracle (arXiv 2610.13735): attention operator, SPEC §6 checker, model regimes";
   static py::exception<orthros::Error> error(m, "Error", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {
