@@ -62,16 +62,23 @@ __global__ void __launch_bounds__(256) delta_kernel(const T* __restrict__ o, con
 }
 
 /// P = exp(s·dot − lse) of the SIMT kernels from the value the pre-pass stored. bf16/f16: the
-/// forward's log2 domain (ex2.approx, like the tensor-core kernels). f32: the natural domain with
-/// one fused rounding of the exponent and the accurate expf, because converting lse to log2 units
-/// costs |lse2|·2^-24 of absolute error in the exponent, several ulps of P, which the f32 bound
-/// (2 E_X + 1e-6) does not leave room for.
+/// forward's log2 domain (ex2.approx, like the tensor-core kernels). f32: the forward's own score
+/// fl(dot · s·log2e) (the SIMT forward computes dot in the same order, so it is the same float)
+/// minus lse·log2e formed in float64, then the accurate exp2f. Two f32 shortcuts measured worse:
+/// lse·log2e rounded to float costs |lse2|·2^-24 in the exponent (several ulps of P), and the
+/// natural-log form fma(dot, s, −lse) mixes the forward's s·log2e with s, a relative mismatch of
+/// ~1e-7 that at |scores| ~ 200 is a 2e-5 relative error of P (dq_out rel_fro 1.05e-5 > 1e-5 in
+/// LargeLogits).
 template <typename T>
 __device__ __forceinline__ float bwd_prob(float dot, const KernelParams& f, float scale, float l) {
-  if constexpr (std::is_same_v<T, float>)
-    return expf(__fmaf_rn(dot, scale, -l));
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    (void)scale;
+    const double x = __dsub_rn(static_cast<double>(__fmul_rn(dot, f.scale_log2)),
+                               __dmul_rn(static_cast<double>(l), 1.4426950408889634074));
+    return exp2f(static_cast<float>(x));
+  } else {
     return fast_exp2(__fmaf_rn(dot, f.scale_log2, -l));
+  }
 }
 
 __device__ __forceinline__ long long bwd_row_index(const BwdParams& p, const SeqDesc& sd, bool is_out, int i,
