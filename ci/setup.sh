@@ -16,7 +16,7 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy  # Python bindings (issue 3)
   python3-matplotlib       # plotting benchmark results
   python3-venv             # `pip install .` into a venv (Debian's Python is externally managed; issue 11)
-  ninja-build ccache       # the wheel build (scikit-build-core uses Ninja; ccache reuses ci/build.sh's objects)
+  ninja-build ccache       # the wheel build (scikit-build-core uses Ninja; ccache: a rerun of ctest packaging_wheel takes ~1 min)
   clang libclang-rt-14-dev # libFuzzer + sanitizers for the readers' fuzz targets (ci/fuzz.sh)
 )
 

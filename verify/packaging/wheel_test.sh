@@ -8,8 +8,9 @@
 # 2. `orthros --help` and `orthros golden --grad` from the venv's PATH.
 # 3. test_testing.py with the venv's Python (ORTHROS_EXPECT_INSTALLED=1: the module and the command
 #    must come from the venv), no PYTHONPATH, run from WORK_DIR.
-# The compile uses ccache when it is installed (ci/setup.sh), so the command's objects compiled by
-# ci/build.sh are reused; build log: WORK_DIR/pip.log.
+# The compile uses ccache when it is installed (ci/setup.sh): the first run compiles the command and
+# the module (~4 CPU-minutes), a rerun takes ~1 min (the module misses: pybind11's path in pip's
+# isolated build changes each time). Build log: WORK_DIR/pip.log.
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
 WORK=$2
