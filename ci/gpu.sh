@@ -31,6 +31,32 @@ echo "== gpu layer tests"
 timeout 120 "$BIN/test_layer_gpu" 2>&1 | tee "$OUTDIR/tests_layer.log" | grep -E "^\[  |^\[       OK|FAILED|Failure|worst|skipped"
 layer_rc=${PIPESTATUS[0]}; [ "$layer_rc" -ne 0 ] && test_rc=$layer_rc
 
+if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
+  # compute-sanitizer over the GPU tests (issue 11): few property draws (kernels run ~10-100x slower
+  # under the tools); summaries in $OUTDIR/sanitizer_summary.txt. A report fails the job.
+  : >"$OUTDIR/sanitizer_summary.txt"
+  for tool in memcheck racecheck; do
+    for t in test_attention_gpu test_layer_gpu; do
+      log="$OUTDIR/sanitizer_${tool}_$t.log"
+      RC_PARAMS=max_success=3 timeout 400 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/$t" \
+        --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*' >"$log" 2>&1
+      san_rc=$?
+      # racecheck does not model the mbarrier/TMA synchronization of cuBLAS's own sm90 kernels
+      # (nvjet_*, used by the layer's projections): hazards reported only inside them are listed but
+      # not counted (excluding them with --kernel-name-exclude crashes the tool on the H200).
+      ours=$(grep "Race reported" "$log" | grep -vc "nvjet_sm90_")
+      theirs=$(grep "Race reported" "$log" | grep -c "nvjet_sm90_")
+      if [ "$tool" = racecheck ] && [ "$san_rc" -eq 3 ] && [ "$ours" -eq 0 ] && ! grep -q FAILED "$log"; then
+        san_rc=0
+      fi
+      { echo "== compute-sanitizer $tool $t: exit $san_rc (race hazards in our kernels: $ours, in cuBLAS nvjet kernels: $theirs)"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|tests ran|PASSED|FAILED" "$log" | tail -4; } \
+        | tee -a "$OUTDIR/sanitizer_summary.txt"
+      [ "$san_rc" -ne 0 ] && test_rc=$san_rc
+    done
+  done
+fi
+
 if [ -x "$BIN/orthros" ] && [ -z "${ORTHROS_SKIP_CLI:-}" ]; then
   echo "== orthros verify --device cuda"
   for spec in "tiny 300" "qwen3-8b 1200"; do
