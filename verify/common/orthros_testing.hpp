@@ -208,6 +208,18 @@ TranscriptionResult transcribe_attention(const Mat<S>& q, const Mat<S>& k, const
   return res;
 }
 
+/// The message of the orthros::Error that `f()` throws, or "no error" when it throws none (for
+/// tests of error messages: compare with `.find(expected)`).
+template <typename F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 /// Default softmax scale 1/sqrt(D) in long double.
 inline long double default_scale(int head_dim) { return 1.0L / std::sqrt(static_cast<long double>(head_dim)); }
 

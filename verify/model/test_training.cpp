@@ -105,15 +105,28 @@ void model_finite_differences(bool pt) {
   RC_ASSERT(fd_agrees(fd, g_dot_u));
 }
 
+/// A random tiny model, T in [1, 9], T_out in [1, T], T+1 tokens (inputs + next tokens), weights.
+struct TrainingCase {
+  ModelConfig c;
+  Index T, T_out;
+  std::vector<int> seq;
+  ModelWeights<double> w;
+};
+TrainingCase draw_training_case() {
+  TrainingCase tc;
+  tc.T = *rc::gen::inRange<Index>(1, 10);
+  tc.c = draw_tiny_model_config(tc.T);
+  tc.T_out = *rc::gen::inRange<Index>(1, tc.T + 1);
+  const std::uint64_t wseed = *rc::gen::arbitrary<std::uint64_t>();
+  tc.seq = draw_tokens(tc.T + 1, tc.c.vocab_size);
+  RC_LOG() << describe(tc.c) << " T=" << tc.T << " T_out=" << tc.T_out << " weight seed=" << wseed << "\n";
+  tc.w = random_weights<double>(tc.c, wseed);
+  return tc;
+}
+
 // SFT = PT with the loss masked to the last T_out positions: same loss, same gradients, bitwise.
 void sft_equals_masked_pt() {
-  const Index T = *rc::gen::inRange<Index>(1, 10);
-  const ModelConfig c = draw_tiny_model_config(T);
-  const Index T_out = *rc::gen::inRange<Index>(1, T + 1);
-  const std::uint64_t wseed = *rc::gen::arbitrary<std::uint64_t>();
-  const std::vector<int> seq = draw_tokens(T + 1, c.vocab_size);
-  RC_LOG() << describe(c) << " T=" << T << " T_out=" << T_out << " weight seed=" << wseed << "\n";
-  const ModelWeights<double> w = random_weights<double>(c, wseed);
+  const auto [c, T, T_out, seq, w] = draw_training_case();
   const TrainingStep<double> s = sft_step(w, c, seq, T_out), m = pretrain_step_masked(w, c, seq, T_out);
   RC_ASSERT(std::memcmp(&s.loss, &m.loss, sizeof(double)) == 0);
   fail_if(bitwise_diff(Mat<double>(m.logits.bottomRows(T_out)), s.logits, "logits (kept rows)"));
@@ -130,13 +143,7 @@ void sft_equals_masked_pt() {
 
 // The training forward computes the inference forward's logits bitwise (pretrain / sft).
 void training_forward_equals_inference() {
-  const Index T = *rc::gen::inRange<Index>(1, 10);
-  const ModelConfig c = draw_tiny_model_config(T);
-  const Index T_out = *rc::gen::inRange<Index>(1, T + 1);
-  const std::uint64_t wseed = *rc::gen::arbitrary<std::uint64_t>();
-  const std::vector<int> seq = draw_tokens(T + 1, c.vocab_size);
-  RC_LOG() << describe(c) << " T=" << T << " T_out=" << T_out << " weight seed=" << wseed << "\n";
-  const ModelWeights<double> w = random_weights<double>(c, wseed);
+  const auto [c, T, T_out, seq, w] = draw_training_case();
   const std::vector<int> inputs(seq.begin(), seq.end() - 1);
   fail_if(bitwise_diff(pretrain_step(w, c, seq).logits, pretrain(w, c, inputs), "PT logits"));
   fail_if(bitwise_diff(sft_step(w, c, seq, T_out).logits, sft(w, c, inputs, T_out), "SFT logits"));
@@ -280,14 +287,7 @@ TEST(TrainingStep, SgdStepLowersTheLossAsPredicted) {
 TEST(TrainingStep, BadTargetsAndMasksAreNamed) {
   ModelConfig c;
   const ModelWeights<double> w = random_weights<double>(c, 1);
-  auto msg = [&](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto msg = [](auto f) { return error_message(f); };
   EXPECT_NE(msg([&] { loss_and_gradients(w, c, {1, 2, 3}, {1, 2, 3, 4}); }).find("1 <= T_out <= T next tokens (got T_out = 4, T = 3)"),
             std::string::npos);
   EXPECT_NE(msg([&] { loss_and_gradients(w, c, {1, 2, 3}, {1, 999}); }).find("target id 999 at 1 outside [0, 256)"),

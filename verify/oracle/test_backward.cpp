@@ -27,6 +27,14 @@ AttentionGrads<double> backward(const OpCase& c, const OpInputs<double>& in, con
   return orthros_attention_backward<double>(in.q, in.k, in.v, in.q_out, up.dout, up.dout_out, c.dims, c.options());
 }
 
+// The same call without output queries (T_out = 0): the base stream's share of dk, dv alone.
+AttentionGrads<double> backward_base_stream_only(OpCase c, OpInputs<double> in, Upstream up) {
+  c.T_out = 0;
+  in.q_out.resize(0, in.q.cols());
+  up.dout_out.resize(0, up.dout.cols());
+  return backward(c, in, up);
+}
+
 // L(q, k, v, q_out) = Σ dO ⊙ o + Σ dO' ⊙ o'  (its gradient is exactly what the backward returns).
 long double scalar_loss(const OpCase& c, const OpInputs<double>& in, const Upstream& up) {
   const auto r = orthros_attention<double>(in.q, in.k, in.v, in.q_out, c.dims, c.options());
@@ -87,13 +95,7 @@ void window_one() {
   other.dout_out = up.dout_out;
   fail_if(bitwise_diff(backward(c, in, other).dk, g.dk, "dk with another base-stream dO (w = 1)"));
 
-  OpCase base_only = c;
-  base_only.T_out = 0;
-  OpInputs<double> in0 = in;
-  in0.q_out.resize(0, in.q_out.cols());
-  Upstream up0 = up;
-  up0.dout_out.resize(0, up.dout_out.cols());
-  const auto g0 = backward(base_only, in0, up0);
+  const auto g0 = backward_base_stream_only(c, in, up);
   const int D = c.dims.head_dim, group = c.dims.num_q_heads / c.dims.num_kv_heads;
   for (Index j = 0; j < g0.dk.rows(); ++j)
     for (int kvh = 0; kvh < c.dims.num_kv_heads; ++kvh)
@@ -121,13 +123,7 @@ void equal_streams() {
   up.dout_out = up.dout;
   const auto g = backward(c, in, up);
   fail_if(bitwise_diff(g.dq_out, g.dq, "dq_out vs dq (equal streams)"));
-  OpCase base_only = c;
-  base_only.T_out = 0;
-  OpInputs<double> in0 = in;
-  in0.q_out.resize(0, in.q.cols());
-  Upstream up0 = up;
-  up0.dout_out.resize(0, up.dout.cols());
-  const auto g0 = backward(base_only, in0, up0);
+  const auto g0 = backward_base_stream_only(c, in, up);
   fail_if(bitwise_diff(g.dk, Mat<double>(2.0 * g0.dk), "dk vs 2 x base-stream dk"));
   fail_if(bitwise_diff(g.dv, Mat<double>(2.0 * g0.dv), "dv vs 2 x base-stream dv"));
 }
@@ -229,14 +225,7 @@ TEST(AttentionBackwardErrors, ShapesAndValuesAreNamed) {
   const Mat<double> q = random_mat<double>(5, 32, rng), k = random_mat<double>(5, 16, rng),
                     v = random_mat<double>(5, 16, rng), qo = random_mat<double>(2, 32, rng);
   const Mat<double> dO = random_mat<double>(5, 32, rng), dOo = random_mat<double>(2, 32, rng);
-  auto msg = [&](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto msg = [](auto f) { return error_message(f); };
   EXPECT_NE(msg([&] { orthros_attention_backward<double>(q, k, v, qo, Mat<double>(dO.topRows(4)), dOo, dims, opt); })
                 .find("do (dL/do) must be [5, 32]; got [4, 32]"),
             std::string::npos);
