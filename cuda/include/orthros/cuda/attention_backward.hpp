@@ -46,7 +46,7 @@ struct AttentionBackwardBuffers {
   /// head): attention_backward_workspace_bytes(). When null, the call allocates it on the stream
   /// (cudaMallocAsync / cudaFreeAsync).
   void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
+  std::size_t workspace_bytes = 0;  ///< size of `workspace` in bytes
 };
 
 /// Bytes of scratch attention_backward() needs: 8 * (sum T_b + sum T_out_b) * H_q.

@@ -23,7 +23,8 @@
 #include <optional>
 
 struct cublasContext;
-typedef struct cublasContext* cublasHandle_t;  // as cublas_api.h
+/// cuBLAS handle type, declared as in cublas_api.h so this header needs no cuBLAS include.
+typedef struct cublasContext* cublasHandle_t;
 
 namespace orthros::cuda {
 
@@ -35,7 +36,7 @@ class CublasError : public CudaError {
 
 /// Configuration of one attention layer (the CUDA counterpart of orthros::AttentionConfig).
 struct LayerConfig {
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;    ///< element type of activations, weights and the KV cache
   std::int64_t d_model = 0;     ///< hidden size (rows of W_Q/W_K/W_V, columns of W_O)
   int num_q_heads = 0;          ///< H_q
   int num_kv_heads = 0;         ///< H_kv (divides H_q: GQA)
@@ -72,13 +73,13 @@ struct LayerBuffers {
   const void* x_out = nullptr;  ///< [sum T_out_b, d_model] output-specific tokens (null if none)
   /// [B, capacity, H_kv, D] (AttentionBuffers layout). Rows 0 .. P_b-1 hold the cached post-RoPE
   /// keys / values; this call writes rows P_b .. P_b+T_b-1 (P_b = cache_lens[b] - T_b).
-  void* k_cache = nullptr;
-  void* v_cache = nullptr;
+  void* k_cache = nullptr;      ///< [B, capacity, H_kv, D] post-RoPE keys
+  void* v_cache = nullptr;      ///< [B, capacity, H_kv, D] values
   std::int64_t capacity = 0;    ///< cache rows per sequence
   void* y = nullptr;            ///< [sum T_b, d_model] = o W_O
   void* y_out = nullptr;        ///< [sum T_out_b, d_model] = o' W_O (null if none)
   void* workspace = nullptr;    ///< attention_layer_workspace_bytes() bytes, 256-byte aligned
-  std::size_t workspace_bytes = 0;
+  std::size_t workspace_bytes = 0;  ///< size of `workspace` in bytes
 };
 
 /// Scratch bytes attention_layer_forward() needs: q, q', k, v, o, o' and the attention's
