@@ -350,6 +350,20 @@ std::vector<CaseSpec> build_suite(const AttentionConfig& cfg, std::uint64_t seed
 
 json shape_json(const st::Tensor& t) { return json(t.shape); }
 
+/// Writes DIR/cases/NAME.safetensors (the case) and DIR/expected/NAME.safetensors (the expected
+/// results, with metadata `case` and `suite_version`); returns both paths relative to DIR.
+std::pair<std::string, std::string> write_case_files(const fs::path& root, const std::string& name, int version,
+                                                     const st::File& case_file, const portkit::Expected& e) {
+  const std::string case_rel = "cases/" + name + ".safetensors", exp_rel = "expected/" + name + ".safetensors";
+  st::write_file((root / case_rel).string(), case_file);
+  st::File ef = e.file;
+  ef.metadata["case"] = name;
+  ef.metadata["suite_version"] = std::to_string(version);
+  st::write_file((root / exp_rel).string(), ef);
+  return {case_rel, exp_rel};
+}
+
+
 struct Args {
   std::string out, dtype = "f32", config = "tiny", level = "op";
   std::uint64_t seed = 20261013;
@@ -604,12 +618,8 @@ int run_golden_layer(const Args& a) {
     cf.metadata["config"] = l.config;
     cf.metadata["dtype"] = a.dtype;
     const portkit::Expected e = portkit::compute_layer_expected(cf, a.dtype);
-    const std::string case_rel = "cases/" + l.name + ".safetensors", exp_rel = "expected/" + l.name + ".safetensors";
-    st::write_file((root / case_rel).string(), cf);
-    st::File ef = e.file;
-    ef.metadata["case"] = l.name;
-    ef.metadata["suite_version"] = std::to_string(kLayerSuiteVersion);
-    st::write_file((root / exp_rel).string(), ef);
+    const auto [case_rel, exp_rel] = write_case_files(root, l.name, kLayerSuiteVersion, cf, e);
+    const st::File& ef = e.file;
 
     json shapes, abs_tol, errs;
     std::string abs_note;
@@ -717,12 +727,8 @@ int run_golden(const Args& a) {
       cf.tensors["do_out"] = st::from_matrix<double>(c.dout_out, {c.dout_out.rows(), Hq, D}, dt);
     }
     const portkit::Expected e = portkit::compute_expected(cf, a.dtype);
-    const std::string case_rel = "cases/" + c.name + ".safetensors", exp_rel = "expected/" + c.name + ".safetensors";
-    st::write_file((root / case_rel).string(), cf);
-    st::File ef = e.file;
-    ef.metadata["case"] = c.name;
-    ef.metadata["suite_version"] = std::to_string(kSuiteVersion);
-    st::write_file((root / exp_rel).string(), ef);
+    const auto [case_rel, exp_rel] = write_case_files(root, c.name, kSuiteVersion, cf, e);
+    const st::File& ef = e.file;
 
     json shapes, abs_tol, errs;
     std::string abs_note;  // "n/a (...)" when the naive oracle at the dtype overflows on this case

@@ -265,11 +265,7 @@ inline Expected compute_layer_expected(const st::File& case_file, const std::str
   e.file.metadata["producer"] = "orthros golden --level layer (float64 layer oracle)";
   e.file.metadata["level"] = "layer";
   e.file.metadata["dtype"] = dtype;
-  for (const std::string& n : e.names()) {
-    const check::AbsBaseline& b = e.oracle_err.at(n);
-    e.file.metadata[err_key(n)] = b.maxabs ? fmt17(*b.maxabs) : kNotApplicable;
-    if (!b.maxabs) e.file.metadata[kAbsCriterionKey] = "n/a (" + b.why_na + ")";
-  }
+  record_oracle_errors(e);
   return e;
 }
 

@@ -190,6 +190,16 @@ void oracle_errors(const st::File& case_file, const AttentionResult<double>& ref
 }
 }  // namespace detail
 
+/// Writes E_X of every tensor of `e` into its file's metadata (err_key(name): "%.17g" or "n/a",
+/// with the reason under kAbsCriterionKey). Shared by the operator and layer suites.
+inline void record_oracle_errors(Expected& e) {
+  for (const std::string& n : e.names()) {
+    const check::AbsBaseline& b = e.oracle_err.at(n);
+    e.file.metadata[err_key(n)] = b.maxabs ? fmt17(*b.maxabs) : kNotApplicable;
+    if (!b.maxabs) e.file.metadata[kAbsCriterionKey] = "n/a (" + b.why_na + ")";
+  }
+}
+
 /// Runs the float64 oracle on `case_file` (inputs widened exactly) and the oracle at `dtype`
 /// (inputs converted to it: exact when the file already stores that dtype) and returns the
 /// expected file (F64 results; metadata `dtype` and `oracle_at_dtype_maxabs.<tensor>`). When the
@@ -235,11 +245,7 @@ inline Expected compute_expected(const st::File& case_file, const std::string& d
   }
   e.file.metadata["producer"] = "orthros golden (float64 oracle)";
   e.file.metadata["dtype"] = dtype;
-  for (const std::string& n : e.names()) {
-    const check::AbsBaseline& b = e.oracle_err.at(n);
-    e.file.metadata[err_key(n)] = b.maxabs ? fmt17(*b.maxabs) : kNotApplicable;
-    if (!b.maxabs) e.file.metadata[kAbsCriterionKey] = "n/a (" + b.why_na + ")";
-  }
+  record_oracle_errors(e);
   return e;
 }
 
