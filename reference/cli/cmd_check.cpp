@@ -154,7 +154,7 @@ void print_case(const CaseReport& c) {
     std::string res = r.pass ? "pass" : "FAIL";
     if (!r.pass) {
       res += " (";
-      if (!r.shape_ok) res += "shape";
+      if (!r.shape_ok) res += "shape " + index_str(r.actual_shape);
       else {
         std::string why;
         if (!r.pass_finite) why += "nan/inf";
@@ -196,7 +196,7 @@ json tensor_json(const check::TensorReport& r, const CaseReport& c) {
   std::vector<std::int64_t> pos;
   for (auto row : r.bad_rows) pos.push_back(position(c, r.name, row));
   auto num = [](double x) -> json { return std::isfinite(x) ? json(x) : json(std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf")); };
-  return json{{"name", r.name},         {"shape", r.shape},
+  return json{{"name", r.name},         {"shape", r.shape}, {"actual_shape", r.actual_shape},
               {"shape_ok", r.shape_ok}, {"rel_err", num(r.rel_fro)},
               {"rel_tol", r.rel_tol},   {"rel_criterion", r.rel_applicable ? json("applied") : json(r.rel_note)},
               {"max_abs", num(r.max_abs)},

@@ -11,6 +11,7 @@
 #include "verify_cuda.hpp"
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -134,8 +135,9 @@ class Verifier {
     timed("batched ragged decode (B = 3)", [&](Row& row) {
       // Three sequences of different lengths from different parts of the text; each is
       // prefilled to a different length, then all decode together for `steps` steps.
-      const int steps = 8;
       const std::vector<int> lengths{T / 2, 3 * T / 8, T / 4 + 3}, offsets{T, T / 3, T / 2};
+      // up to 8 steps, each sequence keeping a prompt of >= 1 token (short --seq-len: fewer steps)
+      const int steps = std::min(8, *std::min_element(lengths.begin(), lengths.end()) - 1);
       std::vector<std::vector<int>> seq;
       std::vector<Mat<S>> ref;
       std::vector<ModelCache<S>> caches;

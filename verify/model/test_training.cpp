@@ -297,4 +297,21 @@ TEST(TrainingStep, BadTargetsAndMasksAreNamed) {
   EXPECT_NE(msg([&] { loss_and_gradients(w, c, {1, 2, 3}, {1, 2}, {true}); }).find("loss_mask must have T_out = 2"),
             std::string::npos);
   EXPECT_NE(msg([&] { sft_step(w, c, {1, 2, 3}, 3); }).find("1 <= T_out <= T (got T_out = 3, T = 2)"), std::string::npos);
+  // weights of another configuration: a named shape error, never an out-of-bounds read
+  ModelConfig wide = c;
+  wide.d_model = 2 * c.d_model;
+  EXPECT_NE(msg([&] { pretrain_step(w, wide, {1, 2, 3}); }).find("embedding must be [256, 64]; got [256, 32]"),
+            std::string::npos);
+  ModelConfig big_vocab = c;
+  big_vocab.vocab_size = 300;
+  EXPECT_NE(msg([&] { pretrain_step(w, big_vocab, {280, 2, 3}); }).find("embedding must be [300, 32]; got [256, 32]"),
+            std::string::npos);
+  ModelWeights<double> broken = w;
+  broken.layers[1].w_up.resize(3, 3);
+  EXPECT_NE(msg([&] { pretrain_step(broken, c, {1, 2, 3}); }).find("layers.1.w_up must be [32, 64]; got [3, 3]"),
+            std::string::npos);
+  ModelConfig bad_eps = c;
+  bad_eps.rms_eps = -1;
+  EXPECT_NE(msg([&] { pretrain_step(w, bad_eps, {1, 2, 3}); }).find("rms_eps must be finite and > 0 (got -1)"),
+            std::string::npos);
 }

@@ -107,6 +107,7 @@ inline AbsBaseline overflow_baseline(const std::string& dtype, const std::except
 struct TensorReport {
   std::string name;                  ///< tensor name ("o", "o_out", "lse", "lse_out", ...)
   std::vector<std::int64_t> shape;   ///< reference shape, e.g. [T, H_q, D]
+  std::vector<std::int64_t> actual_shape;  ///< the port's shape (differs from `shape` when shape_ok is false)
   std::string dtype;                 ///< dtype whose tolerance applies
   bool shape_ok = true;              ///< actual has the reference's shape (criterion 4)
   double rel_fro = 0;                ///< ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf)
@@ -182,6 +183,7 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
   TensorReport r;
   r.name = name;
   r.shape = ref_shape;
+  r.actual_shape = actual_shape;
   r.dtype = dtype;
   r.rel_tol = rel_tolerance(dtype);
   if (baseline.maxabs) {

@@ -60,6 +60,43 @@ inline void check_config(const ModelConfig& c) {
   require(c.attn.head_dim % 2 == 0, "head_dim must be even for RoPE (got ", c.attn.head_dim, ")");
   check_dims(c.attn.dims());
   check_window(c.attn.window);
+  require(std::isfinite(c.rms_eps) && c.rms_eps > 0, "rms_eps must be finite and > 0 (got ", c.rms_eps, ")");
+  require(std::isfinite(c.attn.rms_eps) && c.attn.rms_eps > 0, "attn.rms_eps must be finite and > 0 (got ",
+          c.attn.rms_eps, ")");
+}
+
+/// Checks that every weight of `w` has the shape `c` gives it (SPEC §3), so a mismatch is an
+/// orthros::Error naming the tensor and both shapes, never an out-of-bounds read.
+/// \throws orthros::Error on a wrong layer count or any wrong shape.
+template <typename S>
+void check_model_weights(const ModelWeights<S>& w, const ModelConfig& c) {
+  check_config(c);
+  require(static_cast<int>(w.layers.size()) == c.num_layers, "weights have ", w.layers.size(), " layers, config ",
+          c.num_layers);
+  auto mat = [](const std::string& n, const Mat<S>& m, Eigen::Index r, Eigen::Index cols) {
+    require(m.rows() == r && m.cols() == cols, n, " must be [", r, ", ", cols, "]; got [", m.rows(), ", ", m.cols(),
+            "]");
+  };
+  auto vec = [](const std::string& n, const Vec<S>& v, Eigen::Index size) {
+    require(v.size() == size, n, " must have ", size, " entries; got ", v.size());
+  };
+  mat("embedding", w.embedding, c.vocab_size, c.d_model);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights<S>& lw = w.layers[static_cast<size_t>(l)];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    vec(p + "attn_norm", lw.attn_norm, c.d_model);
+    vec(p + "ffn_norm", lw.ffn_norm, c.d_model);
+    mat(p + "w_gate", lw.w_gate, c.d_model, c.d_ff);
+    mat(p + "w_up", lw.w_up, c.d_model, c.d_ff);
+    mat(p + "w_down", lw.w_down, c.d_ff, c.d_model);
+    try {
+      check_weights(lw.attn, c.attn, c.d_model);
+    } catch (const Error& e) {
+      throw Error(p + "attn: " + e.what());
+    }
+  }
+  vec("final_norm", w.final_norm, c.d_model);
+  mat("lm_head", w.lm_head, c.d_model, c.vocab_size);
 }
 
 /// Seeded random weights, identical for every scalar type S (drawn in double with a portable
@@ -182,10 +219,8 @@ template <typename S>
 std::vector<Mat<S>> forward_batch(const ModelWeights<S>& w, const ModelConfig& c, const std::vector<SequenceInput>& seqs,
                                   const std::vector<ModelCache<S>*>& caches, ForwardTrace<S>* trace = nullptr) {
   using Index = Eigen::Index;
-  check_config(c);
+  check_model_weights(w, c);
   require(seqs.size() == caches.size(), "sequences (", seqs.size(), ") and caches (", caches.size(), ") differ in count");
-  require(static_cast<int>(w.layers.size()) == c.num_layers, "weights have ", w.layers.size(), " layers, config ",
-          c.num_layers);
   std::vector<Segment> segs;
   Index n = 0, n_out = 0;
   for (size_t b = 0; b < seqs.size(); ++b) {

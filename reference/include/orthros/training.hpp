@@ -182,15 +182,14 @@ double next_token_cross_entropy(const Mat<S>& logits, const std::vector<int>& ta
 ///                 one); empty = every row. PT masked to its last T_out rows equals SFT bitwise.
 /// \returns loss, logits [T_out, V] (bitwise those of `forward`) and every parameter's gradient.
 /// \throws orthros::Error on a bad config, token/target ids outside [0, V), T_out outside [1, T],
-///   a mask of the wrong length or with no true entry, weights of the wrong layer count.
+///   a mask of the wrong length or with no true entry, weights whose shapes do not match `c`
+///   (check_model_weights).
 template <typename S>
 TrainingStep<S> loss_and_gradients(const ModelWeights<S>& w, const ModelConfig& c, const std::vector<int>& tokens,
                                    const std::vector<int>& targets, const std::vector<bool>& loss_mask = {}) {
   using Index = Eigen::Index;
   using Acc = AccumT<S>;
-  check_config(c);
-  require(static_cast<int>(w.layers.size()) == c.num_layers, "weights have ", w.layers.size(), " layers, config ",
-          c.num_layers);
+  check_model_weights(w, c);
   const Index T = static_cast<Index>(tokens.size()), T_out = static_cast<Index>(targets.size());
   require(T_out >= 1 && T_out <= T, "targets must hold 1 <= T_out <= T next tokens (got T_out = ", T_out, ", T = ", T,
           ")");
