@@ -223,7 +223,17 @@ template <typename S>
 LayerGrads<S> orthros_attention_layer_backward(const AttentionWeights<S>& w, const AttentionConfig& cfg,
                                                const Mat<S>& x, const Mat<S>& x_out, const Mat<S>& dy,
                                                const Mat<S>& dy_out) {
-  const LayerActivations<S> a = orthros_attention_layer_training_forward(w, cfg, x, x_out);
+  return orthros_attention_layer_backward(w, cfg, x, x_out, orthros_attention_layer_training_forward(w, cfg, x, x_out),
+                                          dy, dy_out);
+}
+
+/// The same backward from the activations the caller already holds: `a` must be
+/// orthros_attention_layer_training_forward(w, cfg, x, x_out) (not recomputed here).
+/// Shapes and errors as the overload above.
+template <typename S>
+LayerGrads<S> orthros_attention_layer_backward(const AttentionWeights<S>& w, const AttentionConfig& cfg,
+                                               const Mat<S>& x, const Mat<S>& x_out, const LayerActivations<S>& a,
+                                               const Mat<S>& dy, const Mat<S>& dy_out) {
   require(dy.rows() == x.rows() && dy.cols() == x.cols(), "dy must be [T, d_model] = [", x.rows(), ", ", x.cols(),
           "]; got [", dy.rows(), ", ", dy.cols(), "]");
   require(dy_out.rows() == x_out.rows() && dy_out.cols() == x.cols(), "dy_out must be [T_out, d_model] = [",

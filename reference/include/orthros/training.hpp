@@ -203,6 +203,7 @@ TrainingStep<S> loss_and_gradients(const ModelWeights<S>& w, const ModelConfig& 
   for (Index i = 0; i < T; ++i) h.row(i) = w.embedding.row(tokens[size_t(i)]);
   for (Index i = 0; i < T_out; ++i) h_out.row(i) = w.embedding.row(tokens[size_t(T - T_out + i)]);
   std::vector<detail::StreamSaved<S>> base(size_t(c.num_layers)), out(size_t(c.num_layers));
+  std::vector<LayerActivations<S>> attn(size_t(c.num_layers));  // each layer's attention, both streams
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights<S>& lw = w.layers[size_t(l)];
     detail::StreamSaved<S>& b = base[size_t(l)];
@@ -211,7 +212,8 @@ TrainingStep<S> loss_and_gradients(const ModelWeights<S>& w, const ModelConfig& 
     o.h_in = h_out;
     b.attn_in = detail::rms_norm_rows(h, lw.attn_norm, c.rms_eps);
     o.attn_in = detail::rms_norm_rows(h_out, lw.attn_norm, c.rms_eps);
-    const LayerActivations<S> a = orthros_attention_layer_training_forward(lw.attn, c.attn, b.attn_in, o.attn_in);
+    const LayerActivations<S>& a = attn[size_t(l)] =
+        orthros_attention_layer_training_forward(lw.attn, c.attn, b.attn_in, o.attn_in);
     h += a.y;
     h_out += a.y_out;
     b.h_mid = h;
@@ -249,7 +251,8 @@ TrainingStep<S> loss_and_gradients(const ModelWeights<S>& w, const ModelConfig& 
     const Mat<S> dmid_o =
         detail::add(dh_out, rms_norm_groups_backward(o.h_mid, lw.ffn_norm, c.d_model, c.rms_eps, df_o, gl.ffn_norm));
     // h_mid = h_in + Attn(RMSNorm(h_in))
-    const LayerGrads<S> ga = orthros_attention_layer_backward(lw.attn, c.attn, b.attn_in, o.attn_in, dmid_b, dmid_o);
+    const LayerGrads<S> ga = orthros_attention_layer_backward(lw.attn, c.attn, b.attn_in, o.attn_in, attn[size_t(l)],
+                                                               dmid_b, dmid_o);
     gl.attn = ga.dw;
     dh = detail::add(dmid_b, rms_norm_groups_backward(b.h_in, lw.attn_norm, c.d_model, c.rms_eps, ga.dx, gl.attn_norm));
     dh_out = detail::add(dmid_o,
