@@ -117,20 +117,11 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
   int q_off = 0, out_off = 0;
   const std::int64_t kv_stride = buf.capacity * c.num_kv_heads * D;
   for (int s0 = 0; s0 < b.batch(); s0 += kMaxSeqPerLaunch) {
-    const int ns = std::min(kMaxSeqPerLaunch, b.batch() - s0);
+    const int ns = fill_seq_group(b, s0, kv_stride, kp.seq, q_off, out_off);
     kp.nseq = ns;
     int max_out_blocks = 0, max_base_blocks = 0, max_kv_blocks = 0;
     for (int j = 0; j < ns; ++j) {
-      const int s = s0 + j;
-      SeqDesc& d = kp.seq[j];
-      d.cache_len = b.cache_lens[s];
-      d.kv_base = static_cast<long long>(s) * kv_stride;
-      d.q_off = q_off;
-      d.T = b.q_lens[s];
-      d.out_off = out_off;
-      d.T_out = b.out_lens[s];
-      q_off += d.T;
-      out_off += d.T_out;
+      const SeqDesc& d = kp.seq[j];
       max_out_blocks = std::max(max_out_blocks, (d.T_out * group + bm - 1) / bm);
       max_base_blocks = std::max(max_base_blocks, (d.T * group + bm - 1) / bm);
       max_kv_blocks = std::max(max_kv_blocks, static_cast<int>((d.cache_len + bn_kv - 1) / bn_kv));

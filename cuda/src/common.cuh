@@ -83,6 +83,21 @@ __device__ __forceinline__ float state_lse(float m, float l) {
       __dmul_rn(__dadd_rn(static_cast<double>(m), log2(static_cast<double>(l))), 0.69314718055994530942));
 }
 
+/// Rotates the pair (x[d], x[d + D/2]) of one head by angle pos * theta^(-2d/D) (RoPE, rope.cu);
+/// with -pos it applies the inverse rotation (the RoPE backward, layer_backward.cu): the angle
+/// changes sign exactly, cos is even and sin odd.
+template <typename T>
+__device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, double pos, double theta) {
+  const int half = D / 2;
+  const double a = pos * pow(theta, -2.0 * d / D);  // the CPU reference's formula (rope.hpp)
+  double sn, cs;
+  sincos(a, &sn, &cs);
+  const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+  const float x1 = Elem<T>::to_f(src[d]), x2 = Elem<T>::to_f(src[d + half]);
+  dst[d] = Elem<T>::from_f(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+  dst[d + half] = Elem<T>::from_f(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+}
+
 /// Host-side argument checks shared by the forward and the backward (attention.cu); each throws
 /// orthros::Error naming the parameter and values.
 void validate_config(const AttentionConfig& c);
@@ -97,6 +112,27 @@ struct SeqDesc {
   int q_off, T;         // base rows
   int out_off, T_out;   // output rows
 };
+
+/// Fills `seq` with the sequences s0 .. s0+n-1 of `b` (n = min(kMaxSeqPerLaunch, B - s0)), their
+/// rows counted from the running offsets `q_off`/`out_off` (advanced past them); kv_stride is
+/// capacity * H_kv * D. Returns n. One launch's sequence table: every kernel family uses it.
+inline int fill_seq_group(const BatchLayout& b, int s0, long long kv_stride, SeqDesc* seq, int& q_off,
+                          int& out_off) {
+  const int n = b.batch() - s0 < kMaxSeqPerLaunch ? b.batch() - s0 : kMaxSeqPerLaunch;
+  for (int j = 0; j < n; ++j) {
+    const int s = s0 + j;
+    SeqDesc& d = seq[j];
+    d.cache_len = b.cache_lens[s];
+    d.kv_base = static_cast<long long>(s) * kv_stride;
+    d.q_off = q_off;
+    d.T = b.q_lens[s];
+    d.out_off = out_off;
+    d.T_out = b.out_lens[s];
+    q_off += d.T;
+    out_off += d.T_out;
+  }
+  return n;
+}
 
 struct KernelParams {
   const void* q;

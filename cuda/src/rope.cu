@@ -7,19 +7,6 @@ namespace orthros::cuda {
 namespace {
 using namespace detail;
 
-// Rotates the pair (x[d], x[d + D/2]) of one head by angle pos * theta^(-2d/D).
-template <typename T>
-__device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, double pos, double theta) {
-  const int half = D / 2;
-  const double a = pos * pow(theta, -2.0 * d / D);  // the CPU reference's formula (rope.hpp)
-  double sn, cs;
-  sincos(a, &sn, &cs);
-  const float c = static_cast<float>(cs), s = static_cast<float>(sn);
-  const float x1 = Elem<T>::to_f(src[d]), x2 = Elem<T>::to_f(src[d + half]);
-  dst[d] = Elem<T>::from_f(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-  dst[d + half] = Elem<T>::from_f(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
-}
-
 template <typename T>
 __global__ void rope_kernel(T* x, const std::int64_t* positions, int H, int D, double theta) {
   const long long n = blockIdx.x;
@@ -93,22 +80,10 @@ template <typename T>
 void launch_append(AppendParams& ap, const BatchLayout& b, cudaStream_t stream) {
   int q_off = 0, out_off = 0;
   for (int s0 = 0; s0 < b.batch(); s0 += kMaxSeqPerLaunch) {
-    const int ns = std::min(kMaxSeqPerLaunch, b.batch() - s0);
+    const int ns = fill_seq_group(b, s0, static_cast<long long>(ap.capacity) * ap.Hkv * ap.D, ap.seq, q_off, out_off);
     ap.nseq = ns;
     int max_t = 0;
-    for (int j = 0; j < ns; ++j) {
-      const int s = s0 + j;
-      SeqDesc& d = ap.seq[j];
-      d.cache_len = b.cache_lens[s];
-      d.kv_base = static_cast<long long>(s) * ap.capacity * ap.Hkv * ap.D;
-      d.q_off = q_off;
-      d.T = b.q_lens[s];
-      d.out_off = out_off;
-      d.T_out = b.out_lens[s];
-      q_off += d.T;
-      out_off += d.T_out;
-      max_t = std::max(max_t, d.T);
-    }
+    for (int j = 0; j < ns; ++j) max_t = std::max(max_t, ap.seq[j].T);
     if (max_t == 0) continue;
     append_kernel<T><<<dim3(static_cast<unsigned>(max_t), 1, ns), 128, 0, stream>>>(ap);
     ORTHROS_CUDA_LAUNCH_CHECK("append_kernel");
