@@ -20,6 +20,18 @@ timeout 240 "$BIN/test_attention_backward_gpu" > "$OUTDIR/tests_bwd.log" 2>&1
 test_rc=$?
 grep -E "^\[  |^\[       OK|FAILED|Failure|^\[ bwd|^(dq|dk|dv|dq_out):" "$OUTDIR/tests_bwd.log" | cut -c1-300
 echo "tests exit status: $test_rc"
+echo "== layer backward gpu tests"
+timeout 240 "$BIN/test_layer_backward_gpu" > "$OUTDIR/tests_layer_bwd.log" 2>&1
+layer_rc=$?
+grep -E "^\[  |^\[       OK|FAILED|Failure|worst|FAIL" "$OUTDIR/tests_layer_bwd.log" | cut -c1-300
+echo "layer tests exit status: $layer_rc"
+[ $test_rc -eq 0 ] && test_rc=$layer_rc
+echo "== orthros verify --grad --device cuda"
+for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
+  set -- $cfg
+  timeout 240 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2 2>&1 | tee -a "$OUTDIR/verify_grad_cuda.log"
+  rc=${PIPESTATUS[0]}; echo "verify --grad --device cuda $1 exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
+done
 if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool (SanitizerSmall)"
@@ -27,6 +39,17 @@ if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
       --gtest_filter='*SanitizerSmall*' > "$OUTDIR/sanitizer_$tool.log" 2>&1
     echo "$tool exit status: $?"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|PASSED|FAILED" "$OUTDIR/sanitizer_$tool.log" | head -8
+  done
+  # The layer backward (our stage/colsum kernels plus cuBLAS): bf16 cases. Racecheck does not model
+  # the mbarrier sync of cuBLAS's nvjet_sm90 GEMMs (bench/results/2026-12-01-h200-sanitizers.md):
+  # hazards are listed by kernel name and only ours count.
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool (layer backward, bf16)"
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_layer_backward_gpu" \
+      --gtest_filter='*Bf16*:*Names*' > "$OUTDIR/sanitizer_layer_$tool.log" 2>&1
+    echo "$tool exit status: $?"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUTDIR/sanitizer_layer_$tool.log" | head -4
+    echo "kernels with reports:"; grep -oE "in [A-Za-z_0-9:<>, ]+(kernel|nvjet)[A-Za-z_0-9]*" "$OUTDIR/sanitizer_layer_$tool.log" | sort | uniq -c | head
   done
 fi
 if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then

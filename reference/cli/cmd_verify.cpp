@@ -206,11 +206,18 @@ const bool registered = add_command(
           ->capture_default_str();
       sub.add_flag("--grad", a->grad,
                    "check the backward instead: operator gradients per regime and a PT/SFT training step against "
-                   "finite differences, SFT = masked PT bitwise (f64; --seq-len defaults to 32)");
+                   "finite differences, SFT = masked PT bitwise (f64; --seq-len defaults to 32); with --device cuda: the GPU "
+                   "backward (operator and layer training step, bf16) against the float64 oracle");
       auto* seq_len_opt = sub.get_option("--seq-len");
       return [a, seq_len_opt]() -> int {
+        if (a->grad && a->device == "cuda") {
+#ifdef ORTHROS_HAVE_CUDA
+          return orthros_verify_grad_cuda(a->config, a->d_model, a->seq_len, a->seed);
+#else
+          throw Error("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH, -DORTHROS_CUDA=ON)");
+#endif
+        }
         if (a->grad) {
-          require(a->device == "cpu", "--grad runs on the CPU oracle (got --device ", a->device, ")");
           require(a->dtype == "f64", "--grad needs --dtype f64: finite differences are not meaningful in f32");
           const int T = seq_len_opt->count() ? a->seq_len : 32;
           const ModelConfig c = model_config(a->config, a->d_model, a->layers);

@@ -5,6 +5,8 @@
 
 #include "verify_cuda.hpp"
 
+#include "cuda_host.hpp"
+
 #include "orthros/attention.hpp"
 #include "orthros/check.hpp"
 #include "orthros/configs.hpp"
@@ -24,24 +26,8 @@ using orthros::Mat;
 using BF = Eigen::bfloat16;
 namespace oc = orthros::cuda;
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw oc::CudaError(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t n) {
-    ck(cudaMalloc(&p, std::max<size_t>(n, 16)), "cudaMalloc");
-    ck(cudaMemset(p, 0xFF, std::max<size_t>(n, 16)), "cudaMemset(poison)");
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <typename T>
-  T* at(size_t elem_off) const {
-    return static_cast<T*>(p) + elem_off;
-  }
-};
+using orthros::cli::ck;
+using orthros::cli::Dev;
 
 // Outputs of one regime, placed at absolute positions (rows = positions 0..T-1).
 struct Outputs {
