@@ -3,9 +3,14 @@
 // 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both modes (the backward
 // has no non-deterministic path, so this measures the cost of `deterministic` = 1.00x), the
 // forward for scale, and the two kernels alone (ORTHROS_CUDA_BWD_ONLY=dq / dkdv, a benchmarking
-// knob of attention_backward.cu).
+// knob of attention_backward.cu). Then the attention LAYER at qwen3-8b's d_model = 4096 (PT):
+// attention_layer_forward and attention_layer_backward (the recomputed forward, cuBLAS projection
+// gradients, the operator backward, the RoPE/scale-offset/QK-norm backward and its reductions).
 // Usage: bench_attention_backward_gpu [--runs N] [--json FILE] [--quick]
 #include "orthros/cuda/attention_backward.hpp"
+#include "orthros/cuda/layer_backward.hpp"
+
+#include <cublas_v2.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -159,6 +164,54 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // The layer (PT, d_model 4096): forward, and backward with its recomputed forward.
+  cublasHandle_t blas = nullptr;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    return 1;
+  }
+  for (int T : quick ? std::vector<int>{8192} : std::vector<int>{8192, 32768}) {
+    const long long dm = 4096, d = (long long)Hq * D, dkv = (long long)Hkv * D;
+    orthros::cuda::LayerConfig lc;
+    lc.dtype = orthros::cuda::DType::bf16;
+    lc.d_model = dm;
+    lc.num_q_heads = Hq;
+    lc.num_kv_heads = Hkv;
+    lc.head_dim = D;
+    lc.window = W;
+    lc.rope_theta = 1e6;
+    const orthros::cuda::BatchLayout lay = orthros::cuda::BatchLayout::single(T, 0, T);
+    const size_t es = 2;
+    Dev wq(dm * d * es), wk(dm * dkv * es), wv(dm * dkv * es), wo(d * dm * es), al(d * es), be(d * es), alo(d * es),
+        beo(d * es), qn(D * es), kn(D * es);
+    const orthros::cuda::LayerWeightsDevice w{wq.p, wk.p, wv.p, wo.p, al.p, be.p, alo.p, beo.p, qn.p, kn.p};
+    Dev x(T * dm * es), xo(T * dm * es), y(T * dm * es), yo(T * dm * es), kc(T * dkv * es), vc(T * dkv * es);
+    Dev fws(orthros::cuda::attention_layer_workspace_bytes(lc, lay));
+    orthros::cuda::LayerBuffers fb{x.p, xo.p, kc.p, vc.p, T, y.p, yo.p, fws.p, fws.bytes};
+    char shape[160];
+    std::snprintf(shape, sizeof shape, "T=%d T_out=%d d_model=%lld", T, T, dm);
+    const std::string tag = "layer_pt_T" + std::to_string(T / 1024) + "K";
+    const double gemm_fwd = 2.0 * T * dm * (2.0 * d + 2.0 * dkv) + 2.0 * 2.0 * T * d * dm;  // q, q', k, v; y, y'
+    rows.push_back({tag + "_fwd", shape,
+                    median_ms([&] { orthros::cuda::attention_layer_forward(lc, lay, w, fb, blas, nullptr); }, runs),
+                    0, gemm_fwd});
+    Dev dy(T * dm * es), dyo(T * dm * es), dx(T * dm * es), dxo(T * dm * es), gwq(dm * d * es), gwk(dm * dkv * es),
+        gwv(dm * dkv * es), gwo(d * dm * es), gal(d * es), gbe(d * es), galo(d * es), gbeo(d * es), gqn(D * es),
+        gkn(D * es), bws(orthros::cuda::attention_layer_backward_workspace_bytes(lc, lay));
+    orthros::cuda::LayerBackwardBuffers bb;
+    bb.x = x.p;
+    bb.x_out = xo.p;
+    bb.dy = dy.p;
+    bb.dy_out = dyo.p;
+    bb.grads = {dx.p, dxo.p, gwq.p, gwk.p, gwv.p, gwo.p, gal.p, gbe.p, galo.p, gbeo.p, gqn.p, gkn.p};
+    bb.workspace = bws.p;
+    bb.workspace_bytes = bws.bytes;
+    rows.push_back({tag + "_bwd", shape,
+                    median_ms([&] { orthros::cuda::attention_layer_backward(lc, lay, w, bb, blas, nullptr); }, runs),
+                    0, 3.0 * gemm_fwd});  // GEMM FLOPs only: recomputed forward + 2x for the gradients
+  }
+  cublasDestroy(blas);
+
   std::printf("\n%-26s %-28s %10s %9s\n", "benchmark", "shape", "median_ms", "TFLOP/s");
   for (auto& r : rows)
     std::printf("%-26s %-28s %10.4f %9.1f\n", r.name.c_str(), r.shape.c_str(), r.ms, r.flops / (r.ms * 1e-3) / 1e12);

@@ -1,8 +1,8 @@
 // Backward of the Orthros attention layer on the GPU (SPEC §9; the CPU oracle is
 // reference/include/orthros/layer_backward.hpp): the recomputed forward (layer_stages.cuh),
 // cuBLAS for every projection gradient, attention_backward() for the operator, and two kernels:
-// the per-(row, head) backward of RoPE + scale-offset + QK RMSNorm, and a fixed-order column sum
-// for the parameter reductions (dα, dβ, the QK-norm gains).
+// the per-(row, head) backward of RoPE + scale-offset + QK RMSNorm, and a two-stage fixed-order
+// column sum for the parameter reductions (dα, dβ, the QK-norm gains).
 #include "layer_stages.cuh"
 #include "orthros/cuda/attention_backward.hpp"
 #include "orthros/cuda/layer_backward.hpp"
@@ -93,28 +93,51 @@ __global__ void __launch_bounds__(kStageWarps * 32) stage_backward_kernel(const 
   }
 }
 
-// out[c] = round(init + Σ_r a[r, c] (· b[r, c])) over `rows` rows of `cols` columns, float32;
-// init = out[c] when accumulate, else 0. Fixed order: thread row y sums rows y, y+32, ...
-// ascending, then the 32 partial sums are added in order of y: bitwise reproducible.
-template <typename A, typename B, typename O>
-__global__ void __launch_bounds__(1024) colsum_kernel(const A* a, const B* b, long long rows, int cols, O* out,
-                                                      int accumulate) {
-  __shared__ float part[32][33];
+// Column sums for the parameter reductions, in two fixed-order stages so that any number of rows
+// spreads over the GPU and the result does not depend on it:
+//   colsum_partial_kernel  block (column tile of 32, chunk of kColsumChunk rows): thread row y
+//                          sums rows y, y+32, ... of the chunk ascending, then the 32 partial
+//                          sums are added in order of y -> part[chunk, c] (float32);
+//   colsum_final_kernel    out[c] = round(init + Σ_chunks part[chunk, c]), chunks ascending;
+//                          init = out[c] when accumulating, else 0.
+// The summands are a[r, c] (· b[r, c] when b is given), products in float32.
+constexpr int kColsumChunk = 1024;
+
+template <typename A, typename B>
+__global__ void __launch_bounds__(1024) colsum_partial_kernel(const A* a, const B* b, long long rows, int cols,
+                                                              float* part) {
+  __shared__ float s[32][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
+  const long long r0 = static_cast<long long>(blockIdx.y) * kColsumChunk;
+  const long long r1 = min(rows, r0 + kColsumChunk);
   float acc = 0.f;
   if (c < cols)
-    for (long long r = threadIdx.y; r < rows; r += 32) {
+    for (long long r = r0 + threadIdx.y; r < r1; r += 32) {
       float v = Elem<A>::to_f(a[r * cols + c]);
       if (b) v = __fmul_rn(v, Elem<B>::to_f(b[r * cols + c]));
       acc = __fadd_rn(acc, v);
     }
-  part[threadIdx.y][threadIdx.x] = acc;
+  s[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
-    float s = accumulate ? Elem<O>::to_f(out[c]) : 0.f;
-    for (int y = 0; y < 32; ++y) s = __fadd_rn(s, part[y][threadIdx.x]);
-    out[c] = Elem<O>::from_f(s);
+    float t = 0.f;
+    for (int y = 0; y < 32; ++y) t = __fadd_rn(t, s[y][threadIdx.x]);
+    part[static_cast<long long>(blockIdx.y) * cols + c] = t;
   }
+}
+
+template <typename O>
+__global__ void colsum_final_kernel(const float* part, int chunks, int cols, O* out, int accumulate) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float t = accumulate ? Elem<O>::to_f(out[c]) : 0.f;
+  for (int k = 0; k < chunks; ++k) t = __fadd_rn(t, part[static_cast<long long>(k) * cols + c]);
+  out[c] = Elem<O>::from_f(t);
+}
+
+/// Floats of colsum scratch for `rows` x `cols`.
+size_t colsum_scratch(long long rows, long long cols) {
+  return static_cast<size_t>((rows + kColsumChunk - 1) / kColsumChunk) * static_cast<size_t>(cols);
 }
 
 template <typename T>
@@ -131,11 +154,16 @@ struct Kernels {
     }
   }
   template <typename A, typename B>
-  static void colsum(const A* a, const B* bb, long long rows, int cols, void* out, bool accumulate,
+  static void colsum(const A* a, const B* bb, long long rows, int cols, void* out, bool accumulate, float* scratch,
                      cudaStream_t stream) {
-    colsum_kernel<A, B, T><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 32), 0, stream>>>(
-        a, bb, rows, cols, static_cast<T*>(out), accumulate ? 1 : 0);
-    ORTHROS_CUDA_LAUNCH_CHECK("colsum_kernel");
+    const long long chunks = (rows + kColsumChunk - 1) / kColsumChunk;
+    require(chunks < 65536, "internal: colsum over ", rows, " rows exceeds the grid");
+    colsum_partial_kernel<A, B><<<dim3(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(chunks)),
+                                  dim3(32, 32), 0, stream>>>(a, bb, rows, cols, scratch);
+    ORTHROS_CUDA_LAUNCH_CHECK("colsum_partial_kernel");
+    colsum_final_kernel<T><<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(
+        scratch, static_cast<int>(chunks), cols, static_cast<T*>(out), accumulate ? 1 : 0);
+    ORTHROS_CUDA_LAUNCH_CHECK("colsum_final_kernel");
   }
 };
 
@@ -143,7 +171,8 @@ struct Kernels {
 template <typename T>
 void query_stream_backward(const LayerConfig& cfg, const BatchLayout& layout, int out_stream, long long rows,
                            const void* lin, void* grad, const void* qn, const void* alpha, void* dqhat, void* normed,
-                           float* gain, void* dalpha, void* dbeta, void* dq_norm, cudaStream_t stream) {
+                           float* gain, float* scratch, void* dalpha, void* dbeta, void* dq_norm,
+                           cudaStream_t stream) {
   const int H = cfg.num_q_heads, D = cfg.head_dim, d = H * D;
   StageBwdParams p{};
   p.lin = lin;
@@ -159,15 +188,18 @@ void query_stream_backward(const LayerConfig& cfg, const BatchLayout& layout, in
   p.theta = cfg.rope_theta;
   p.out_stream = out_stream;
   Kernels<T>::stage_backward(p, layout, stream);
-  Kernels<T>::colsum(static_cast<const T*>(dqhat), static_cast<const T*>(normed), rows, d, dalpha, false, stream);
-  Kernels<T>::colsum(static_cast<const T*>(dqhat), static_cast<const T*>(nullptr), rows, d, dbeta, false, stream);
+  Kernels<T>::colsum(static_cast<const T*>(dqhat), static_cast<const T*>(normed), rows, d, dalpha, false, scratch,
+                     stream);
+  Kernels<T>::colsum(static_cast<const T*>(dqhat), static_cast<const T*>(nullptr), rows, d, dbeta, false, scratch,
+                     stream);
   if (qn)  // the q-norm gain sums both streams: base rows first, then the output rows
-    Kernels<T>::colsum(gain, static_cast<const float*>(nullptr), rows * H, D, dq_norm, out_stream == 1, stream);
+    Kernels<T>::colsum(gain, static_cast<const float*>(nullptr), rows * H, D, dq_norm, out_stream == 1, scratch,
+                       stream);
 }
 
 template <typename T>
 void key_backward(const LayerConfig& cfg, const BatchLayout& layout, long long rows, const void* lin, void* grad,
-                  const void* kn, float* gain, void* dk_norm, cudaStream_t stream) {
+                  const void* kn, float* gain, float* scratch, void* dk_norm, cudaStream_t stream) {
   StageBwdParams p{};
   p.lin = lin;
   p.grad = grad;
@@ -179,13 +211,14 @@ void key_backward(const LayerConfig& cfg, const BatchLayout& layout, long long r
   p.theta = cfg.rope_theta;
   p.out_stream = 0;
   Kernels<T>::stage_backward(p, layout, stream);
-  if (kn) Kernels<T>::colsum(gain, static_cast<const float*>(nullptr), rows * cfg.num_kv_heads, cfg.head_dim, dk_norm,
-                             false, stream);
+  if (kn)
+    Kernels<T>::colsum(gain, static_cast<const float*>(nullptr), rows * cfg.num_kv_heads, cfg.head_dim, dk_norm,
+                       false, scratch, stream);
 }
 
 struct BwdCarve {
   size_t q_lin, q, qo_lin, qo, k_lin, k, v, kc, vc, o, oo, lse, lse_out, attn_fwd, d_o, d_oo, dq, dqo, dk, dv, attn_bwd,
-      dqhat, normed, gain, total;
+      dqhat, normed, gain, colsum, total;
   std::int64_t capacity;
 };
 
@@ -223,6 +256,10 @@ BwdCarve carve_backward(const LayerConfig& c, const BatchLayout& l, size_t fwd_b
   cv.dqhat = cr.take(tm * d * es);   // reused by the base and the output stream (stream-ordered)
   cv.normed = cr.take(tm * d * es);
   cv.gain = cr.take(tm * d * sizeof(float));  // also the keys' (tq * d_kv <= tq * d)
+  // colsum partials: the largest of [tm, d] (dα, dβ) and [tm * H, D] (gains; the keys' is smaller)
+  cv.colsum = cr.take(std::max(colsum_scratch(static_cast<long long>(tm), static_cast<long long>(d)),
+                               colsum_scratch(static_cast<long long>(tm) * c.num_q_heads, c.head_dim)) *
+                      sizeof(float));
   cv.total = cr.total();
   return cv;
 }
@@ -310,16 +347,17 @@ void run_layer_backward(const LayerConfig& cfg, const BatchLayout& layout, const
   const void* qn = cfg.qk_norm ? w.q_norm : nullptr;
   const void* kn = cfg.qk_norm ? w.k_norm : nullptr;
   float* gain = reinterpret_cast<float*>(at(cv.gain));
+  float* scratch = reinterpret_cast<float*>(at(cv.colsum));
   query_stream_backward<T>(cfg, layout, 0, tq, st.q_lin, at(cv.dq), qn, w.alpha, at(cv.dqhat), at(cv.normed), gain,
-                           g.alpha, g.beta, g.q_norm, stream);
+                           scratch, g.alpha, g.beta, g.q_norm, stream);
   if (to > 0) {
     query_stream_backward<T>(cfg, layout, 1, to, st.qo_lin, at(cv.dqo), qn, w.alpha_out, at(cv.dqhat), at(cv.normed),
-                             gain, g.alpha_out, g.beta_out, g.q_norm, stream);
+                             gain, scratch, g.alpha_out, g.beta_out, g.q_norm, stream);
   } else {
     ORTHROS_CUDA_CHECK(cudaMemsetAsync(g.alpha_out, 0, static_cast<size_t>(d) * dtype_size(dt), stream));
     ORTHROS_CUDA_CHECK(cudaMemsetAsync(g.beta_out, 0, static_cast<size_t>(d) * dtype_size(dt), stream));
   }
-  key_backward<T>(cfg, layout, tq, st.k_lin, at(cv.dk), kn, gain, g.k_norm, stream);
+  key_backward<T>(cfg, layout, tq, st.k_lin, at(cv.dk), kn, gain, scratch, g.k_norm, stream);
   if (!cfg.qk_norm)
     for (void* p : {g.q_norm, g.k_norm})
       if (p) ORTHROS_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(D) * dtype_size(dt), stream));
