@@ -1,5 +1,5 @@
-// `orthros golden --out DIR [--dtype f64|f32|bf16|f16] [--config tiny|qwen3-8b|llama3.1-8b] [--seed S] [--grad]`
-// `orthros golden --level layer --out DIR [--dtype ...] [--seed S]`: the layer suite (issue 11; see
+// `orthros golden --out DIR [--dtype f64|f32|bf16|f16] [--config tiny|qwen3-8b|llama3.1-8b] [--seed S] [--grad] [--force]`
+// `orthros golden --level layer --out DIR [--dtype ...] [--seed S] [--force]`: the layer suite (issue 11; see
 // run_golden_layer() and layer_suite.hpp); the default `--level op` is the operator suite below:
 // writes the versioned golden suite a port validates against (issue 3; docs/porting.md):
 //   DIR/manifest.json              every case: files, regime, group, shapes, dtype, tolerance
@@ -14,6 +14,8 @@
 // `edge_grad_large_logits` (only in --grad suites) is its well-conditioned gradient counterpart.
 // Without --grad the suite's bytes are exactly those of the forward-only suite (the gradients'
 // generator is a separate stream, so q, k, v, q_out do not change).
+// DIR must be missing or empty: a non-empty DIR is refused (exit status 2, naming what it holds)
+// unless --force, which writes the suite's files over those of the same name (require_empty_out()).
 // Inputs come from a portable generator (splitmix64) seeded by (seed, case name), so a case's
 // bytes depend only on the seed, dtype, config and its own definition: regenerating gives
 // identical bytes, and adding a case never changes the others.
@@ -367,8 +369,37 @@ std::pair<std::string, std::string> write_case_files(const fs::path& root, const
 struct Args {
   std::string out, dtype = "f32", config = "tiny", level = "op";
   std::uint64_t seed = 20261013;
-  bool grad = false;  // --grad: upstream gradients in the cases, expected gradients (issue 8)
+  bool grad = false;   // --grad: upstream gradients in the cases, expected gradients (issue 8)
+  bool force = false;  // --force: write into a non-empty --out
 };
+
+/// Refuses a non-empty --out unless --force: writing a suite over another one would silently
+/// replace it, or mix the two (a case the new suite does not have keeps its old files). A missing
+/// or empty directory is fine. \throws orthros::Error naming the directory, how many files it
+/// holds and one of them (manifest.json when it is there), or when --out is not a directory.
+void require_empty_out(const fs::path& root, bool force) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(root, ec);
+  if (ec || !fs::exists(st)) return;  // missing: created later (which reports an unusable path)
+  require(fs::is_directory(st), "golden: --out ", root.string(), " exists and is not a directory");
+  if (force) return;
+  std::int64_t files = 0, dirs = 0;
+  std::string first_file, first_dir;  // smallest relative paths, for a deterministic example
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const bool is_dir = it->is_directory(ec);
+    const std::string rel = it->path().lexically_relative(root).generic_string();
+    std::string& first = is_dir ? first_dir : first_file;
+    if (first.empty() || rel < first) first = rel;
+    (is_dir ? dirs : files)++;
+  }
+  require(!ec, "golden: --out ", root.string(), ": cannot list it: ", ec.message());
+  const std::string example =
+      fs::exists(root / "manifest.json") ? "manifest.json" : (files ? first_file : first_dir + "/");
+  require(files + dirs == 0, "golden: --out ", root.string(), " is not empty (holds ", files,
+          files == 1 ? " file" : " files",
+          files ? "" : " and " + std::to_string(dirs) + (dirs == 1 ? " directory" : " directories"), ", e.g. ", example,
+          "); pass --force to overwrite");
+}
 
 // ---------------------------------------------------------------------------------------------
 // The layer suite (issue 11; `--level layer`): one call of the Orthros attention layer per case
@@ -817,7 +848,8 @@ const bool reg = add_command(
     "expected results, manifest.json with the SPEC §6 tolerance of each case (--grad: and the backward)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<Args>();
-      sub.add_option("--out", a->out, "output directory (created; files in it are overwritten)")->required();
+      sub.add_option("--out", a->out, "output directory (created; must be empty or missing unless --force)")
+          ->required();
       sub.add_option("--dtype", a->dtype, "dtype of the inputs and of the port under test (default f32)")
           ->check(CLI::IsMember({"f64", "f32", "bf16", "f16"}));
       auto* cfg = sub.add_option("--config", a->config,
@@ -831,13 +863,18 @@ const bool reg = add_command(
       sub.add_flag("--grad", a->grad,
                    "also write the upstream gradients do, do_out (cases) and the expected gradients dq, dq_out, dk, "
                    "dv with their E_X (expected files), for training kernels (issue 8)");
+      sub.add_flag("--force", a->force,
+                   "write into a non-empty --out: the suite's files replace files of the same name, other files "
+                   "are left as they are");
       return [a, cfg]() -> int {
         if (a->level == "layer") {
           require(cfg->count() == 0, "--config ", a->config,
                   " applies to --level op only (the layer suite always covers qwen3-8b, llama3.1-8b and tiny edges)");
           require(!a->grad, "--grad applies to --level op only (the layer suite has no gradients)");
+          require_empty_out(a->out, a->force);
           return run_golden_layer(*a);
         }
+        require_empty_out(a->out, a->force);
         return run_golden(*a);
       };
     });
