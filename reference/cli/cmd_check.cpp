@@ -157,7 +157,8 @@ void print_case(const CaseReport& c) {
       if (!r.shape_ok) res += "shape " + index_str(r.actual_shape);
       else {
         std::string why;
-        if (!r.pass_finite) why += "nan/inf";
+        if (r.nan_count) why += std::to_string(r.nan_count) + " NaN";
+        if (r.inf_count) why += std::string(why.empty() ? "" : ",") + std::to_string(r.inf_count) + " Inf";
         if (!r.pass_rel) why += std::string(why.empty() ? "" : ",") + "rel";
         if (!r.pass_abs) why += std::string(why.empty() ? "" : ",") + "abs";
         res += why;
@@ -179,6 +180,13 @@ void print_case(const CaseReport& c) {
     }
   for (const auto& r : c.tensors)
     if (!r.rel_applicable) std::printf("    %s: rel criterion %s\n", r.name.c_str(), r.rel_note.c_str());
+  for (const auto& r : c.tensors) {  // NaN/Inf: say how many and where, and why the errors read inf
+    if (!r.shape_ok || (r.nan_count == 0 && r.inf_count == 0)) continue;
+    std::string what = r.nan_count ? std::to_string(r.nan_count) + " NaN" : "";
+    if (r.inf_count) what += (what.empty() ? "" : " and ") + std::to_string(r.inf_count) + " Inf";
+    std::printf("    %s: %s of %lld values (the first at %s): rel_err, max_abs and max_rel are inf\n", r.name.c_str(),
+                what.c_str(), (long long)check::numel(r.shape), index_str(r.worst_index).c_str());
+  }
   for (const auto& r : c.tensors) {
     if (r.bad_row_count == 0) continue;
     const std::int64_t rows = r.shape.empty() ? 0 : r.shape[0];

@@ -139,6 +139,38 @@ TEST(CheckCompare, NanAndInfNeverPass) {
   EXPECT_EQ(r.bad_rows, (std::vector<std::int64_t>{2, 3}));
 }
 
+TEST(CheckCompare, AllNanReportsInfiniteErrorsNotZero) {
+  // An all-NaN result has no finite entry: its errors must not read 0 (the max over no finite value).
+  const std::uint64_t seed = 15;
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Rng rng(seed);
+  const std::vector<std::int64_t> shape{3, 2, 4};
+  const auto ref = random_vec(24, rng);
+  const std::vector<double> act(24, std::numeric_limits<double>::quiet_NaN());
+  for (const double e_x : {0.0, 1e9}) {
+    const auto r = oc::compare("o", act, shape, ref, shape, "bf16", e_x);
+    EXPECT_EQ(r.nan_count, 24);
+    EXPECT_EQ(r.inf_count, 0);
+    EXPECT_TRUE(std::isinf(r.max_abs) && r.max_abs > 0) << r.max_abs;
+    EXPECT_TRUE(std::isinf(r.max_rel) && r.max_rel > 0) << r.max_rel;
+    EXPECT_TRUE(std::isinf(r.rel_fro) && r.rel_fro > 0) << r.rel_fro;
+    EXPECT_FALSE(r.pass_finite || r.pass_rel || r.pass_abs || r.pass);
+    EXPECT_EQ(r.worst_index, (std::vector<std::int64_t>{0, 0, 0}));
+    EXPECT_EQ(r.bad_row_count, 3);
+  }
+  // One NaN among finite values: the errors are inf too (as rel_fro always was), not the finite max.
+  auto one = ref;
+  one[5] = std::numeric_limits<double>::quiet_NaN();
+  const auto r1 = oc::compare("o", one, shape, ref, shape, "f32", 1e9);
+  EXPECT_TRUE(std::isinf(r1.max_abs) && std::isinf(r1.max_rel) && std::isinf(r1.rel_fro));
+  EXPECT_EQ(r1.nan_count, 1);
+  EXPECT_FALSE(r1.pass);
+  // The same with the criterion-2-not-applicable baseline.
+  const auto rn = oc::compare("o", act, shape, ref, shape, "f16", oc::AbsBaseline::not_applicable("test"));
+  EXPECT_TRUE(std::isinf(rn.max_abs));
+  EXPECT_FALSE(rn.pass_abs || rn.pass);
+}
+
 TEST(CheckCompare, ShapeMismatchFailsWithoutThrowing) {
   std::vector<double> ref{1, 2, 3, 4, 5, 6};
   auto r = oc::compare("o", ref, {3, 2}, ref, {2, 3}, "f32", 0.0);

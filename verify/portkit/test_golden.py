@@ -212,15 +212,21 @@ class GoldenTest(unittest.TestCase):
                            check=False).stdout)
         self.assertEqual(j["cases"][0]["tensors"][0]["abs_criterion"], "applied")
 
-    def test_bad_results_fail_clearly(self):
+    def d64_result(self, sub, change_o):
+        """(suite, actual dir, expected): ACTUAL_DIR `sub` with a result for edge_d64 of the f32 suite,
+        its expected outputs with o replaced by change_o(a copy of the expected o)."""
         d = self.dirs["f32"]
-        bad = os.path.join(self.tmp.name, "bad")
+        bad = os.path.join(self.tmp.name, sub)
         os.makedirs(bad, exist_ok=True)
         exp, _ = st_io.read(os.path.join(d, "expected/edge_d64.safetensors"))
-        nan = dict(exp)
-        nan["o"] = exp["o"].copy()
-        nan["o"][3, 1, 7] = np.nan
-        st_io.write(os.path.join(bad, "edge_d64.safetensors"), nan, dtype="F32")
+        st_io.write(os.path.join(bad, "edge_d64.safetensors"), dict(exp, o=change_o(exp["o"].copy())), dtype="F32")
+        return d, bad, exp
+
+    def test_bad_results_fail_clearly(self):
+        def one_nan(o):
+            o[3, 1, 7] = np.nan
+            return o
+        d, bad, exp = self.d64_result("bad", one_nan)
         p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_d64", "--json", check=False)
         self.assertEqual(p.returncode, 1)
         o = json.loads(p.stdout)["cases"][0]["tensors"][0]
@@ -251,6 +257,25 @@ class GoldenTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1, actual)
             self.assertIn("[FAIL] edge_gqa1  (edge, T=", p.stdout)
             self.assertIn("0 passed, 1 failed", p.stdout)
+
+    def test_all_nan_result_reads_inf_not_zero(self):
+        d, bad, exp = self.d64_result("all_nan", lambda o: np.full_like(o, np.nan))
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_d64", "--json", check=False)
+        self.assertEqual(p.returncode, 1)
+        o = json.loads(p.stdout)["cases"][0]["tensors"][0]
+        n = exp["o"].size
+        self.assertEqual((o["name"], o["pass"], o["pass_finite"], o["nan_count"], o["inf_count"]),
+                         ("o", False, False, n, 0))
+        self.assertEqual((o["max_abs"], o["rel_err"], o["max_rel"]), ("inf", "inf", "inf"))
+        self.assertEqual(o["worst_index"], [0, 0, 0])
+        p = run("check", "--suite", d, "--actual-dir", bad, "--only", "edge_d64", check=False)
+        self.assertEqual(p.returncode, 1)
+        row = next(line for line in p.stdout.splitlines() if line.strip().startswith("o "))
+        self.assertNotIn("0.00e+00", row)
+        self.assertIn(f" {n} ", row)
+        self.assertTrue(row.rstrip().endswith(f"FAIL ({n} NaN,rel,abs)"), row)
+        self.assertIn(f"    o: {n} NaN of {n} values (the first at [0,0,0]): rel_err, max_abs and max_rel are inf\n",
+                      p.stdout)
 
     def assertUsageError(self, p, *fragments):
         """Exit 2, nothing on stdout, exactly one line `orthros: error: ...` on stderr."""

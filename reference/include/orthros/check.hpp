@@ -110,14 +110,17 @@ struct TensorReport {
   std::vector<std::int64_t> actual_shape;  ///< the port's shape (differs from `shape` when shape_ok is false)
   std::string dtype;                 ///< dtype whose tolerance applies
   bool shape_ok = true;              ///< actual has the reference's shape (criterion 4)
-  double rel_fro = 0;                ///< ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf)
+  double rel_fro = 0;                ///< ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf; inf when out holds NaN/Inf)
   /// Criterion 1 applies: false when the reference is exactly zero everywhere (‖ref‖_F = 0, e.g.
   /// dq with w = 1 or every gradient of a one-key softmax row): a relative error has no scale
   /// there, and the tensor is judged by criteria 2-4 (`rel_note` says so).
   bool rel_applicable = true;
   std::string rel_note;              ///< "n/a (...)" when criterion 1 does not apply, else ""
-  double max_abs = 0;                ///< max_i |out_i − ref_i| over finite out_i
-  double max_rel = 0;                ///< max_i |out_i − ref_i| / max(|ref_i|, 1e-6·max|ref|) (informational)
+  /// max_i |out_i − ref_i|; +inf when out holds a NaN or Inf (as rel_fro: the error is unbounded,
+  /// never the max over the finite entries alone, which is 0 for an all-NaN tensor)
+  double max_abs = 0;
+  /// max_i |out_i − ref_i| / max(|ref_i|, 1e-6·max|ref|) (informational); +inf when out holds NaN/Inf
+  double max_rel = 0;
   std::vector<std::int64_t> worst_index;  ///< multi-index of the max-abs error (first NaN/Inf if any)
   double worst_actual = 0;           ///< out at worst_index
   double worst_ref = 0;              ///< ref at worst_index
@@ -247,8 +250,8 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
     }
   }
   const bool finite = r.nan_count == 0 && r.inf_count == 0;
-  if (!finite) {
-    r.rel_fro = std::numeric_limits<double>::infinity();
+  if (!finite) {  // a NaN or Inf has no finite error: every error measure is +inf (nan_count, inf_count say why)
+    r.rel_fro = r.max_abs = r.max_rel = std::numeric_limits<double>::infinity();
   } else if (ref2 == 0) {
     r.rel_fro = diff2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
     r.rel_applicable = false;
