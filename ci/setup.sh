@@ -35,3 +35,55 @@ if ((${#missing[@]})); then
 else
   echo "[setup] all ${#PACKAGES[@]} packages present"
 fi
+
+# NCCL for the context-parallel transport (issue 12, docs/context_parallel.md): the pinned
+# nvidia-nccl-cu13 wheel, checked against its sha256 and unpacked into .deps/nccl (include/nccl.h,
+# lib/libnccl.so.2; git-ignored, never vendored). CMake finds it there (ORTHROS_NCCL_ROOT).
+# Skipped when already unpacked, when no nvcc is found (CPU-only machine), or ORTHROS_SKIP_NCCL=1.
+NCCL_VERSION=2.28.9
+NCCL_WHEEL=nvidia_nccl_cu13-${NCCL_VERSION}-py3-none-manylinux_2_18_x86_64.whl
+NCCL_SHA256=e4553a30f34195f3fa1da02a6da3d6337d28f2003943aa0a3d247bbc25fefc42
+NCCL_URL=https://files.pythonhosted.org/packages/b0/b4/878fefaad5b2bcc6fcf8d474a25e3e3774bc5133e4b58adff4d0bca238bc/${NCCL_WHEEL}
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+NCCL_DIR="$ROOT/.deps/nccl"
+if [ "${ORTHROS_SKIP_NCCL:-0}" = 1 ]; then
+  echo "[setup] NCCL: skipped (ORTHROS_SKIP_NCCL=1)"
+elif ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "[setup] NCCL: skipped (no nvcc: CPU-only build)"
+elif [ -f "$NCCL_DIR/include/nccl.h" ] && [ -f "$NCCL_DIR/lib/libnccl.so.2" ] &&
+     [ "$(cat "$NCCL_DIR/VERSION" 2>/dev/null)" = "$NCCL_VERSION" ]; then
+  echo "[setup] NCCL $NCCL_VERSION present in .deps/nccl"
+else
+  cache="$ROOT/.deps/cache"
+  mkdir -p "$cache"
+  whl="$cache/$NCCL_WHEEL"
+  if [ ! -f "$whl" ] || ! echo "$NCCL_SHA256  $whl" | sha256sum -c --status; then
+    echo "[setup] NCCL: downloading nvidia-nccl-cu13==$NCCL_VERSION (~200 MB)"
+    rm -f "$whl"
+    # pip (any python3 that has it; else a throw-away venv, python3-venv bootstraps pip), else curl/wget.
+    for py in python3 /usr/bin/python3; do
+      if [ ! -f "$whl" ] && "$py" -m pip --version >/dev/null 2>&1; then
+        "$py" -m pip download -q --no-deps --only-binary=:all: "nvidia-nccl-cu13==$NCCL_VERSION" -d "$cache" || true
+      fi
+    done
+    if [ ! -f "$whl" ] && /usr/bin/python3 -m venv "$cache/venv" >/dev/null 2>&1; then
+      "$cache/venv/bin/python" -m pip download -q --no-deps --only-binary=:all: "nvidia-nccl-cu13==$NCCL_VERSION" \
+        -d "$cache" || true
+    fi
+    if [ ! -f "$whl" ]; then
+      if command -v curl >/dev/null 2>&1; then curl -fsSL -o "$whl" "$NCCL_URL"; else wget -q -O "$whl" "$NCCL_URL"; fi
+    fi
+    echo "$NCCL_SHA256  $whl" | sha256sum -c --status || { echo "[setup] NCCL: sha256 mismatch for $whl" >&2; exit 1; }
+  fi
+  tmp="$ROOT/.deps/nccl.tmp"
+  rm -rf "$tmp" "$NCCL_DIR"
+  /usr/bin/env python3 - "$whl" "$tmp" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [m for m in z.namelist() if m.startswith("nvidia/nccl/")])
+PY
+  mv "$tmp/nvidia/nccl" "$NCCL_DIR"
+  rm -rf "$tmp" "$cache"  # the wheel is not needed once unpacked
+  echo "$NCCL_VERSION" > "$NCCL_DIR/VERSION"
+  echo "[setup] NCCL $NCCL_VERSION unpacked into .deps/nccl"
+fi
