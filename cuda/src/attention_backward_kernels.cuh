@@ -546,18 +546,33 @@ __global__ void __launch_bounds__(128) mma_bwd_dkdv_kernel(const __grid_constant
           Mma<T>::run(dp[2 * np + 1], va, b[2], b[3]);
         }
       }
+      // Output rows that all see all of this warp's keys (below the causal diagonal; every row
+      // valid and past position 0): no mask, the common case of PT/SFT. Same arithmetic.
+      const bool full = is_out && wk_hi == wk_lo + 15 && pb[BQ - 1] >= 0 && pb[0] >= wk_hi && pb[0] > 0;
+      if (full) {
 #pragma unroll
-      for (int j = 0; j < NTQ; ++j)
+        for (int j = 0; j < NTQ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j * 8 + 2 * c + (e & 1), kp = key[e >> 1], pos = pb[col];
-          const bool ok = kp <= pos && (is_out || (long long)(pos - kp) < f.window);
-          float pe = fast_exp2(__fmaf_rn(s[j][e], f.scale_log2, -lb[col]));
-          if (!ok) pe = 0.f;
-          const bool single = pos == 0 || (!is_out && f.window == 1);  // the row sees one key: dS = 0
-          s[j][e] = pe;                                                                   // P^T
-          dp[j][e] = single ? 0.f : __fmul_rn(pe, __fsub_rn(dp[j][e], db[col]));  // dS^T
-        }
+          for (int e = 0; e < 4; ++e) {
+            const int col = j * 8 + 2 * c + (e & 1);
+            const float pe = fast_exp2(__fmaf_rn(s[j][e], f.scale_log2, -lb[col]));
+            s[j][e] = pe;                                                 // P^T
+            dp[j][e] = __fmul_rn(pe, __fsub_rn(dp[j][e], db[col]));  // dS^T
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NTQ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = j * 8 + 2 * c + (e & 1), kp = key[e >> 1], pos = pb[col];
+            const bool ok = kp <= pos && (is_out || (long long)(pos - kp) < f.window);
+            float pe = fast_exp2(__fmaf_rn(s[j][e], f.scale_log2, -lb[col]));
+            if (!ok) pe = 0.f;
+            const bool single = pos == 0 || (!is_out && f.window == 1);  // the row sees one key: dS = 0
+            s[j][e] = pe;                                                                   // P^T
+            dp[j][e] = single ? 0.f : __fmul_rn(pe, __fsub_rn(dp[j][e], db[col]));  // dS^T
+          }
+      }
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk) {
         uint32_t pa[4], sa[4];
