@@ -101,6 +101,7 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
   bp.lse2 = ws + rows * Hq;
   bp.total_q = tq;
   bp.scale = static_cast<float>(scale);
+  bp.group_div = FastDiv::of(group);
 
   // 1. pre-pass over both streams: 8 (row, head) warps per 256-thread block.
   {

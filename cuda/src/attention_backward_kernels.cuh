@@ -31,6 +31,7 @@ struct BwdParams {
   float* lse2;   // same layout: lse * log2(e) (bf16/f16), lse itself (f32; see bwd_prob)
   long long total_q;
   float scale;  // softmax scale s
+  FastDiv group_div;  // division by f.group
 };
 
 // ---- pre-pass -------------------------------------------------------------------------------
@@ -472,17 +473,19 @@ __global__ void __launch_bounds__(128) mma_bwd_dkdv_kernel(const __grid_constant
     for (int idx = tid; idx < BQ * CH; idx += NW * 32) {
       const int row = idx / CH, ch = idx % CH, r = rb * BQ + row;
       const bool ok = r < nrows;
-      const size_t off = ok ? ((size_t)(qoff + r / group) * f.Hq + kvh * group + r % group) * D + ch * 8 : 0;
+      const int tok = p.group_div.div(r);
+      const size_t off = ok ? ((size_t)(qoff + tok) * f.Hq + kvh * group + (r - tok * group)) * D + ch * 8 : 0;
       cp_async16(q_dst + swz<D>(row, ch), qsrc + off, ok);
       cp_async16(do_dst + swz<D>(row, ch), dosrc + off, ok);
     }
     for (int row = tid; row < BQ; row += NW * 32) {
       const int r = rb * BQ + row;
       const bool ok = r < nrows;
-      const long long ridx = ok ? bwd_row_index(p, sd, is_out, r / group, kvh * group + r % group) : 0;
+      const int tok = p.group_div.div(r);
+      const long long ridx = ok ? bwd_row_index(p, sd, is_out, tok, kvh * group + (r - tok * group)) : 0;
       cp_async4(sL + buf * BQ + row, p.lse2 + ridx, ok);
       cp_async4(sDl + buf * BQ + row, p.delta + ridx, ok);
-      sPos[buf * BQ + row] = ok ? (int)((is_out ? fpo : fpb) + r / group) : -(1 << 30);
+      sPos[buf * BQ + row] = ok ? (int)((is_out ? fpo : fpb) + tok) : -(1 << 30);
     }
   };
   if (nb > 0) prefetch(0, 0);

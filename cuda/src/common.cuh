@@ -98,6 +98,30 @@ __device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, do
   dst[d + half] = Elem<T>::from_f(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
 }
 
+/// Division by a runtime divisor d >= 1 known at launch (the GQA group) as a multiply-high and a
+/// shift, for numerators in [0, 2^31): q = umulhi(n, mul) >> shr with mul = ceil(2^p / d),
+/// p = 31 + ceil(log2 d) (the round-up method; exact for n < 2^31). Integer division is ~20
+/// instructions; the backward's per-step loads divide a row index by the group.
+struct FastDiv {
+  unsigned mul = 0;
+  int shr = 0, d = 1;
+  static FastDiv of(int divisor) {
+    FastDiv f;
+    f.d = divisor;
+    if (divisor > 1) {
+      int l = 0;
+      while ((1u << l) < static_cast<unsigned>(divisor)) ++l;  // ceil(log2 d)
+      const unsigned p = 31u + static_cast<unsigned>(l);
+      f.mul = static_cast<unsigned>(((1ull << p) + static_cast<unsigned>(divisor) - 1) / static_cast<unsigned>(divisor));
+      f.shr = static_cast<int>(p) - 32;
+    }
+    return f;
+  }
+  __device__ __forceinline__ int div(int n) const {
+    return d == 1 ? n : static_cast<int>(__umulhi(static_cast<unsigned>(n), mul) >> shr);
+  }
+};
+
 /// Host-side argument checks shared by the forward and the backward (attention.cu); each throws
 /// orthros::Error naming the parameter and values.
 void validate_config(const AttentionConfig& c);
