@@ -87,7 +87,8 @@ Vec<S> to_vec(const st::Tensor& t, const char* name) {
 /// \throws orthros::Error naming the tensor or metadata and the values on: a missing tensor or
 ///   metadata key; a shape that does not follow from x, the metadata and k_cache (both shapes
 ///   printed); H_q % H_kv != 0; an odd head_dim (RoPE); window < 1; rope_theta <= 0; rms_eps < 0;
-///   qk_norm not "1"/"0"; q_norm/k_norm present with qk_norm "0"; T_out > T.
+///   qk_norm not "1"/"0"; q_norm/k_norm present with qk_norm "0"; T_out > T; a NaN or Inf in any
+///   tensor (named, with its first index: `layer case: tensor "w_q" holds NaN at [3, 17] (...)`).
 template <typename S>
 LayerCase<S> load_layer_case(const st::File& f) {
   LayerCase<S> c;
@@ -152,6 +153,12 @@ LayerCase<S> load_layer_case(const st::File& f) {
             "layer case: metadata \"qk_norm\" is \"0\" but the case holds q_norm/k_norm (set qk_norm to \"1\" or drop "
             "them)");
   }
+  // A NaN/Inf here would surface later under a derived name (a NaN in w_q as "q contains a non-finite value").
+  for (const char* n : {"x", "x_out", "w_q", "w_k", "w_v", "w_o", "alpha", "beta", "alpha_out", "beta_out", "q_norm",
+                        "k_norm", "k_cache", "v_cache"})
+    if (f.tensors.count(n))
+      orthros::detail::require_finite_tensor(f.tensors.at(n), orthros::detail::cat("layer case: tensor \"", n, "\""),
+                                             "inputs, weights and the cache must be finite");
   c.cache.k = st::to_matrix<S>(kct, "k_cache");
   c.cache.v = st::to_matrix<S>(vct, "v_cache");
   c.cache.k.resize(P, dkv);

@@ -134,8 +134,7 @@ inline bool has_upstream(const st::File& case_file) {
 /// The upstream gradients of a gradient case, converted to S (exact when the file stores S):
 /// `do` `[T, H_q*D]`, `do_out` `[T_out, H_q*D]` (Mat layout), shapes checked against case `c`.
 /// \throws orthros::Error if a tensor is missing or its shape is not `[T, H_q, D]` /
-/// `[T_out, H_q, D]` (named, with both shapes). Non-finite values are rejected later by
-/// orthros_attention_backward.
+/// `[T_out, H_q, D]` (named, with both shapes), or holds a NaN or Inf (named, with its first index).
 template <typename S>
 std::pair<Mat<S>, Mat<S>> load_upstream(const st::File& case_file, const AttentionCase<S>& c) {
   auto get = [&](const char* name, std::int64_t rows, const char* doc) -> Mat<S> {
@@ -144,6 +143,8 @@ std::pair<Mat<S>, Mat<S>> load_upstream(const st::File& case_file, const Attenti
     const std::vector<std::int64_t> want{rows, c.dims.num_q_heads, c.dims.head_dim};
     require(it->second.shape == want, "tensor \"", name, "\" must be ", doc, " = ", st::shape_string(want),
             " (from q and q_out); got ", st::shape_string(it->second.shape));
+    orthros::detail::require_finite_tensor(it->second, orthros::detail::cat("tensor \"", name, "\""),
+                                           "upstream gradients must be finite");
     return st::to_matrix<S>(it->second, name);
   };
   return {get("do", c.T, "[T, H_q, D]"), get("do_out", c.T_out, "[T_out, H_q, D]")};
@@ -273,6 +274,9 @@ inline Expected load_expected(const st::File& f) {
     for (const char* n : grad_names())
       require(f.tensors.count(n), "gradient expected file without tensor \"", n,
               "\" (a file with gradients needs all of dq, dq_out, dk, dv)");
+  for (const std::string& n : e.names())  // the float64 oracle's results are finite: anything else is damage
+    orthros::detail::require_finite_tensor(f.tensors.at(n), "expected tensor \"" + n + "\"",
+                                           "the oracle's expected results are always finite: the file is damaged");
   auto d = f.metadata.find("dtype");
   require(d != f.metadata.end(), "expected file lacks metadata \"dtype\"");
   e.dtype = d->second;

@@ -189,7 +189,9 @@ TEST_F(Cli, BadCasesAreRejected) {
   Mat<double> q = st::to_matrix<double>(f.tensors["q"], "q");
   q(2, 7) = std::numeric_limits<double>::quiet_NaN();
   f.tensors["q"] = st::from_matrix<double>(q, {6, 6, 8}, DType::F32);
-  expect_rejected(st::serialize(f), "q contains a non-finite value");
+  // named as the case's tensor with what it holds and its first [t, h, d] index
+  expect_rejected(st::serialize(f), "tensor \"q\" holds NaN at [2, 0, 7] (the first of 1 non-finite value; case "
+                                    "inputs must be finite)");
 }
 
 TEST_F(Cli, UsageErrors) {

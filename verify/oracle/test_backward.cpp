@@ -242,6 +242,22 @@ TEST(AttentionBackwardErrors, ShapesAndValuesAreNamed) {
   EXPECT_NE(msg([&] { orthros_attention_backward<double>(q, k, v, qo, bad, dOo, dims, opt); })
                 .find("do contains a non-finite value"),
             std::string::npos);
+  // A NaN in the saved forward's LSE (or o) is named there, not reported as a gradient overflow.
+  auto nan_fwd = orthros_attention<double>(q, k, v, qo, dims, opt);
+  nan_fwd.lse(2, 1) = std::numeric_limits<double>::quiet_NaN();
+  const std::string lse = msg([&] { orthros_attention_backward<double>(q, k, v, qo, nan_fwd, dO, dOo, dims, opt); });
+  EXPECT_NE(lse.find("fwd.lse contains a non-finite value (nan) at [row, head] = [2, 1]"), std::string::npos) << lse;
+  EXPECT_EQ(lse.find(orthros::kGradientOverflowPrefix), std::string::npos) << lse;
+  nan_fwd = orthros_attention<double>(q, k, v, qo, dims, opt);
+  nan_fwd.lse_out(1, 3) = std::numeric_limits<double>::infinity();
+  EXPECT_NE(msg([&] { orthros_attention_backward<double>(q, k, v, qo, nan_fwd, dO, dOo, dims, opt); })
+                .find("fwd.lse_out contains a non-finite value (inf) at [row, head] = [1, 3]"),
+            std::string::npos);
+  nan_fwd = orthros_attention<double>(q, k, v, qo, dims, opt);
+  nan_fwd.o(4, 9) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_NE(msg([&] { orthros_attention_backward<double>(q, k, v, qo, nan_fwd, dO, dOo, dims, opt); })
+                .find("fwd.o contains a non-finite value (nan) at [row, head, dim] = [4, 1, 1]"),
+            std::string::npos);
   opt.window = 0;
   EXPECT_NE(msg([&] { orthros_attention_backward<double>(q, k, v, qo, dO, dOo, dims, opt); }).find("window must be >= 1"),
             std::string::npos);

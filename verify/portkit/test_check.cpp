@@ -183,6 +183,13 @@ TEST(CheckCompare, BadArgumentsThrow) {
   EXPECT_THROW(oc::compare("o", ref, {4}, ref, {3}, "f32", 0.0), orthros::Error);  // size vs shape
   std::vector<double> bad{1, std::nan(""), 3};
   EXPECT_THROW(oc::compare("o", ref, {3}, bad, {3}, "f32", 0.0), orthros::Error);  // non-finite reference
+  try {  // named with what it holds and its index, not only a flat index
+    oc::compare("lse", std::vector<double>(6, 1.0), {3, 2}, {1, 1, 1, std::nan(""), 1, 1}, {3, 2}, "f32", 0.0);
+    ADD_FAILURE() << "a NaN reference must throw";
+  } catch (const orthros::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reference 'lse' holds NaN at [1, 1] (flat index 3"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(oc::compare("o", ref, {3}, ref, {3}, "int8", 0.0), orthros::Error);
 }
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <map>
 #include <string>
@@ -19,6 +20,7 @@
 namespace oc = orthros::check;
 namespace pk = orthros::portkit;
 using orthros::Mat;
+using orthros::testing::error_message;
 using orthros::testing::random_mat;
 using orthros::testing::Rng;
 
@@ -682,3 +684,55 @@ TEST(PortkitLayer, MalformedLayerCaseNamesTheParameter) {
   e.tensors.erase("y_out");
   EXPECT_THROW(pk::load_expected(e), orthros::Error);
 }
+
+namespace {
+
+/// `f` with element [row, col] of tensor `n` (Mat layout [shape[0], rest]) set to `x`, same dtype and shape.
+orthros::st::File with_value(orthros::st::File f, const std::string& n, Eigen::Index row, Eigen::Index col, double x) {
+  orthros::st::Tensor& t = f.tensors.at(n);
+  Mat<double> m = orthros::st::to_matrix<double>(t, n);
+  m(row, col) = x;
+  t = orthros::st::from_matrix<double>(m, t.shape, t.dtype);
+  return f;
+}
+
+}  // namespace
+
+// A NaN/Inf in a case's inputs, weights, upstream gradients or an expected file's LSE is named as
+// that tensor with its first index (not as a derived tensor, a flat index or a gradient overflow).
+TEST(PortkitNonFinite, NamedWithTheTensorWhatItHoldsAndTheFirstIndex) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  SCOPED_TRACE("seed=81");
+  const auto lc = small_layer_case(81, true, 2, 4, 1, orthros::st::DType::F32);
+  auto layer_error = [](const orthros::st::File& f) { return error_message([&] { pk::compute_layer_expected(f, "bf16"); }); };
+  auto twice = with_value(with_value(lc, "w_q", 3, 17, nan), "w_q", 5, 0, nan);
+  EXPECT_NE(layer_error(twice).find("layer case: tensor \"w_q\" holds NaN at [3, 17] (the first of 2 non-finite values"),
+            std::string::npos) << layer_error(twice);
+  EXPECT_NE(layer_error(with_value(lc, "k_cache", 1, 10, inf)).find("tensor \"k_cache\" holds inf at [1, 1, 2]"),
+            std::string::npos) << layer_error(with_value(lc, "k_cache", 1, 10, inf));
+  EXPECT_NE(layer_error(with_value(lc, "alpha_out", 7, 0, -inf)).find("tensor \"alpha_out\" holds -inf at [7]"),
+            std::string::npos) << layer_error(with_value(lc, "alpha_out", 7, 0, -inf));
+  EXPECT_NE(layer_error(with_value(lc, "q_norm", 2, 0, nan)).find("tensor \"q_norm\" holds NaN at [2]"),
+            std::string::npos) << layer_error(with_value(lc, "q_norm", 2, 0, nan));
+  EXPECT_NE(layer_error(with_value(lc, "x", 0, 11, nan)).find("tensor \"x\" holds NaN at [0, 11]"), std::string::npos);
+
+  SCOPED_TRACE("seed=82");
+  const auto cf = grad_case(82, orthros::st::DType::BF16);
+  auto op_error = [](const orthros::st::File& f) { return error_message([&] { pk::compute_expected(f, "bf16"); }); };
+  EXPECT_NE(op_error(with_value(cf, "q", 2, 13, nan)).find("tensor \"q\" holds NaN at [2, 1, 5] (the first of 1 "
+                                                           "non-finite value; case inputs must be finite)"),
+            std::string::npos) << op_error(with_value(cf, "q", 2, 13, nan));
+  EXPECT_NE(op_error(with_value(cf, "v", 11, 15, inf)).find("tensor \"v\" holds inf at [11, 1, 7]"), std::string::npos);
+  EXPECT_NE(op_error(with_value(cf, "do_out", 3, 0, nan)).find("tensor \"do_out\" holds NaN at [3, 0, 0]"),
+            std::string::npos) << op_error(with_value(cf, "do_out", 3, 0, nan));
+
+  // An expected file whose LSE holds NaN: named at load, with its [t, h] index.
+  const pk::Expected e = pk::compute_expected(cf, "bf16");
+  const std::string lse = error_message([&] { pk::load_expected(with_value(e.file, "lse", 2, 1, nan)); });
+  EXPECT_NE(lse.find("expected tensor \"lse\" holds NaN at [2, 1] (the first of 1 non-finite value; the oracle's "
+                     "expected results are always finite: the file is damaged)"),
+            std::string::npos) << lse;
+  const std::string dk = error_message([&] { pk::load_expected(with_value(e.file, "dk", 0, 3, -inf)); });
+  EXPECT_NE(dk.find("expected tensor \"dk\" holds -inf at [0, 0, 3]"), std::string::npos) << dk;
+}
+

@@ -125,13 +125,14 @@ void attend_row_backward(const S* q, const S* o, const S* dout, const Mat<S>& k,
 ///   - `q` `[T, H_q*D]`, `k`/`v` `[P+T, H_kv*D]`, `q_out` `[T_out, H_q*D]`: as for orthros_attention
 ///   - `fwd`: the forward's result on exactly these inputs (o, o_out, lse, lse_out). The LSE is
 ///     what makes the backward O(keys seen) per row without a second softmax pass; a wrong LSE
-///     gives wrong gradients (only its shape is checked)
+///     gives wrong gradients (only its shape and finiteness are checked)
 ///   - `dout` `[T, H_q*D]` = dL/do, `dout_out` `[T_out, H_q*D]` = dL/do_out
 /// Cache rows that no query sees (before every window, when T_out = 0) get dk = dv = 0.
 /// Derivation: the file comment; the softmax backward is FlashAttention-2's (Dao 2023, Alg. 2).
 ///
 /// \throws orthros::Error on everything orthros_attention rejects, on `fwd`/`dout`/`dout_out`
-///   shapes that do not match (named, with both shapes), on a non-finite upstream gradient, and
+///   shapes that do not match (named, with both shapes), on a non-finite upstream gradient or
+///   saved forward (`fwd.lse contains a non-finite value (nan) at [row, head] = [2, 1]: ...`), and
 ///   (message starting with kGradientOverflowPrefix) when a gradient of finite inputs overflows S.
 template <typename S>
 AttentionGrads<S> orthros_attention_backward(const Mat<S>& q, const Mat<S>& k, const Mat<S>& v, const Mat<S>& q_out,
@@ -164,6 +165,17 @@ AttentionGrads<S> orthros_attention_backward(const Mat<S>& q, const Mat<S>& k, c
   detail::require_finite(v, "v", D);
   detail::require_finite(dout, "do", D);
   detail::require_finite(dout_out, "do_out", D);
+  // The saved forward: a NaN/Inf in it (an LSE above all) would otherwise come out as NaN gradients,
+  // reported as a gradient overflow.
+  detail::require_finite(fwd.o, "fwd.o", D);
+  detail::require_finite(fwd.o_out, "fwd.o_out", D);
+  for (auto [m, name] : {std::pair<const Mat<AccumT<S>>*, const char*>{&fwd.lse, "fwd.lse"}, {&fwd.lse_out, "fwd.lse_out"}})
+    for (Index r = 0; r < m->rows(); ++r)
+      for (Index h = 0; h < m->cols(); ++h)
+        if (!std::isfinite(static_cast<double>((*m)(r, h))))
+          throw Error(detail::cat(name, " contains a non-finite value (", static_cast<double>((*m)(r, h)),
+                                  ") at [row, head] = [", r, ", ", h, "]: the saved forward must be orthros_attention's "
+                                  "finite result on these inputs"));
   const Acc scale = static_cast<Acc>(softmax_scale(opt, D));
 
   AttentionGrads<S> g;

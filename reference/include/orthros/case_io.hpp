@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace orthros {
 
@@ -74,6 +75,28 @@ inline bool parse_double_strict(const std::string& s, double& out) {
   return end == s.c_str() + s.size();
 }
 
+/// "NaN", "inf" or "-inf": how messages name a non-finite value.
+inline std::string non_finite_name(double x) { return std::isnan(x) ? "NaN" : (x > 0 ? "inf" : "-inf"); }
+
+/// Throws unless every value `t` stores (widened exactly) is finite, naming the tensor, what it holds
+/// and the first index: `<what> holds NaN at [2, 0, 5] (the first of 3 non-finite values; <why>)`.
+inline void require_finite_tensor(const st::Tensor& t, const std::string& what, const char* why) {
+  const std::int64_t n = t.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double x = st::element(t, i);
+    if (std::isfinite(x)) continue;
+    std::int64_t bad = 0;
+    for (std::int64_t j = i; j < n; ++j) bad += std::isfinite(st::element(t, j)) ? 0 : 1;
+    std::vector<std::int64_t> idx(t.shape.size(), 0);
+    for (std::size_t d = t.shape.size(), flat = static_cast<std::size_t>(i); d-- > 0;) {
+      idx[d] = static_cast<std::int64_t>(flat % static_cast<std::size_t>(t.shape[d]));
+      flat /= static_cast<std::size_t>(t.shape[d]);
+    }
+    throw Error(cat(what, " holds ", non_finite_name(x), " at ", st::shape_string(idx), " (the first of ", bad,
+                    bad == 1 ? " non-finite value; " : " non-finite values; ", why, ")"));
+  }
+}
+
 inline const st::Tensor& case_tensor(const st::File& f, const char* name, const char* shape_doc) {
   auto it = f.tensors.find(name);
   require(it != f.tensors.end(), "missing tensor \"", name, "\" ", shape_doc);
@@ -91,8 +114,8 @@ inline const st::Tensor& case_tensor(const st::File& f, const char* name, const 
 ///   tensor that is not rank 3; H_q, H_kv or D < 1 or too large for int; `q_out` heads/head_dim
 ///   differing from `q`; `k` head_dim differing from `q`; `v` shape != `k` shape;
 ///   `H_q % H_kv != 0`; `k.shape[0] < T` (P < 0); `T_out > T`; a missing or non-integer
-///   `window` or one < 1; a `scale` that is not a finite number. (Non-finite input values
-///   are rejected later by orthros_attention.)
+///   `window` or one < 1; a `scale` that is not a finite number; a NaN or Inf in q, k, v or q_out
+///   (named with its first index, e.g. `tensor "k" holds NaN at [3, 0, 7] (...)`).
 template <typename S>
 AttentionCase<S> load_attention_case(const st::File& f) {
   const st::Tensor& q = detail::case_tensor(f, "q", "[T, H_q, D]");
@@ -138,6 +161,8 @@ AttentionCase<S> load_attention_case(const st::File& f) {
             "metadata \"scale\" must be a finite number (got \"", sc->second, "\")");
     c.options.scale = s;
   }
+  for (auto [name, t] : {std::pair<const char*, const st::Tensor*>{"q", &q}, {"k", &k}, {"v", &v}, {"q_out", &qo}})
+    detail::require_finite_tensor(*t, detail::cat("tensor \"", name, "\""), "case inputs must be finite");
   c.q = st::to_matrix<S>(q, "q");
   c.k = st::to_matrix<S>(k, "k");
   c.v = st::to_matrix<S>(v, "v");

@@ -210,7 +210,15 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
   }
   double ref_max = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    require(std::isfinite(ref[i]), "reference '", name, "' is not finite at flat index ", i);
+    if (!std::isfinite(ref[i])) {
+      std::ostringstream at;
+      const std::vector<std::int64_t> idx = unravel(static_cast<std::int64_t>(i), ref_shape);
+      for (std::size_t d = 0; d < idx.size(); ++d) at << (d ? ", " : "[") << idx[d];
+      throw Error(detail::cat("reference '", name, "' holds ",
+                              std::isnan(ref[i]) ? "NaN" : (ref[i] > 0 ? "inf" : "-inf"), " at ",
+                              idx.empty() ? "[" : at.str(), "] (flat index ", i,
+                              "; the first non-finite value: a reference must be finite)"));
+    }
     ref_max = std::max(ref_max, std::abs(ref[i]));
   }
   const double rel_floor = std::max(1e-6 * ref_max, std::numeric_limits<double>::min());
