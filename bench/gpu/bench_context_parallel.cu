@@ -152,7 +152,12 @@ struct RankBufs {
     b.lse_part = static_cast<float*>(make(cfg.num_q_heads * 4, 0));
     b.scratch_bytes = oc::cp_scratch_bytes(cfg, 1);
     b.scratch = make(b.scratch_bytes, 0);
+    b.states_bytes = oc::cp_states_bytes(cfg, b.kv.shard_capacity);
+    b.states = static_cast<float*>(make(b.states_bytes, 0));
     if (r == R - 1) {
+      for (int r2 = 0; r2 < R; ++r2)
+        b.states_all_bytes += oc::cp_states_bytes(cfg, L.length[r2] + (r2 == R - 1 ? extra : 0));
+      b.states_all = static_cast<float*>(make(b.states_all_bytes, 0));
       b.o_parts = make(R * qrow, 0);
       b.lse_parts = static_cast<float*>(make(R * cfg.num_q_heads * 4, 0));
       b.o_out = make(qrow, 0);

@@ -127,7 +127,77 @@ std::int64_t interior_first_row(const AttentionConfig& cfg, const CpHalo& h) {
   return clean + w - 1;  // row t reads tiles from floor(t - w + 1) on
 }
 
+// ---- state path (one output query, fp32 split states merged as one chain) ----------------------
+constexpr int kMaxStateRanks = 64;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+int splits_for(const AttentionConfig& c, std::int64_t rows) {
+  const std::int64_t chunks = ceil_div(std::max<std::int64_t>(rows, 1), kDeterministicChunk);
+  if (c.deterministic) return static_cast<int>(chunks);
+  return static_cast<int>(std::clamp<std::int64_t>(chunks, 2, 64));
+}
+std::size_t state_bytes(const AttentionConfig& c, int splits) {
+  return static_cast<std::size_t>(c.num_q_heads) * splits * (c.head_dim + 2) * sizeof(float);
+}
+
+struct StateTable {
+  int R;
+  int ns[kMaxStateRanks];         // splits of rank r
+  long long off[kMaxStateRanks];  // float offset of rank r's [H_q, ns_r, D+2] block in states_all
+};
+
+// The single-GPU split-KV merge (attention_kernels.cuh merge_kernel: merge_coeffs/merge_val from
+// (-inf, 0, 0), then acc * rcp(L) and state_lse) over the splits of all ranks in rank order, so
+// that a deterministic run whose splits are the single GPU's chunks gives its bits.
+template <typename T>
+__global__ void cp_merge_states_kernel(const float* __restrict__ states, T* __restrict__ o_out,
+                                       float* __restrict__ lse_out, const __grid_constant__ StateTable tab, int D) {
+  const int head = blockIdx.x, d = threadIdx.x;
+  const int Hq = gridDim.x;
+  float M = detail::kNegInf, L = 0.f, acc = 0.f;
+  for (int r = 0; r < tab.R; ++r) {
+    const float* base = states + tab.off[r] + (size_t)head * tab.ns[r] * (D + 2);
+    for (int sp = 0; sp < tab.ns[r]; ++sp) {
+      const float* st = base + (size_t)sp * (D + 2);
+      const detail::MergeCoeffs cf = detail::merge_coeffs(M, st[0]);
+      L = detail::merge_val(L, st[1], cf);
+      acc = detail::merge_val(acc, st[2 + d], cf);
+      M = cf.m;
+    }
+  }
+  (void)Hq;
+  o_out[(size_t)head * D + d] = Elem<T>::from_f(__fmul_rn(acc, __frcp_rn(L)));
+  if (d == 0 && lse_out) lse_out[head] = detail::state_lse(M, L);
+}
+
+StateTable state_table(const AttentionConfig& c, const CpLayout& l) {
+  StateTable t{};
+  t.R = l.ranks();
+  long long off = 0;
+  for (int r = 0; r < t.R; ++r) {
+    t.ns[r] = splits_for(c, l.length[r]);
+    t.off[r] = off;
+    off += static_cast<long long>(c.num_q_heads) * t.ns[r] * (c.head_dim + 2);
+  }
+  return t;
+}
+
 }  // namespace
+
+int cp_state_splits(const AttentionConfig& cfg, const CpLayout& layout, int rank, std::int64_t T_out) {
+  check_rank(layout, rank);
+  if (T_out != 1 || layout.ranks() < 2 || layout.ranks() > kMaxStateRanks) return 0;
+  if (cfg.deterministic)
+    for (int r = 0; r < layout.ranks(); ++r)
+      if (layout.start(r) % kDeterministicChunk != 0 || layout.length[r] <= kDeterministicChunk) return 0;
+  return splits_for(cfg, layout.length[rank]);
+}
+
+std::size_t cp_states_bytes(const AttentionConfig& cfg, std::int64_t shard_rows) {
+  detail::validate_config(cfg);
+  require(shard_rows >= 0, "shard_rows must be >= 0 (got ", shard_rows, ")");
+  return state_bytes(cfg, splits_for(cfg, shard_rows));
+}
 
 // ---- layout and halo ----------------------------------------------------------------------------
 CpLayout make_cp_layout(const std::vector<std::int64_t>& shard_lengths, std::int64_t total) {
@@ -262,6 +332,34 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
     forward_on(cfg, ks, vs, cap, len, m, m, at_rows(b.q_out, j0, qb), b.scratch, nullptr, at_rows(b.q_out, j0, qb),
                at_rows(b.o_part, j0, qb), b.lse_part + j0 * Hq, stream);
   }
+  // State path (T_out = 1): the one query sees [start_r, min(N-1, end_r-1)] = the whole shard;
+  // the call is split (fixed split count, or the chunks) and leaves its fp32 split states in
+  // b.states (attention_forward's split-KV workspace: [H_q, splits, D+2] = (m, l, acc[D])).
+  if (const int ns = cp_state_splits(cfg, layout, rank, T_out); ns > 0) {
+    AttentionConfig c2 = cfg;
+    if (!cfg.deterministic) c2.num_splits = ns;
+    const BatchLayout bl = BatchLayout::single(1, len - 1, 1);
+    const std::size_t need = state_bytes(cfg, ns);
+    require(attention_workspace_bytes(c2, bl) == need, "internal: rank ", rank, "'s output call over ", len,
+            " rows does not split into the ", ns, " states the state path expects (workspace ",
+            attention_workspace_bytes(c2, bl), " bytes, expected ", need, ")");
+    require(b.states && b.states_bytes >= need, "rank ", rank, ": states must hold ", need,
+            " bytes (cp_states_bytes(cfg, ", len, ")) on the state path; got ", b.states_bytes, " (pointer ",
+            static_cast<const void*>(b.states), ")");
+    AttentionBuffers buf;
+    buf.q = b.q_out;
+    buf.q_out = b.q_out;
+    buf.k_cache = ks;
+    buf.v_cache = vs;
+    buf.capacity = cap;
+    buf.o = b.scratch;
+    buf.o_out = b.o_part;
+    buf.lse_out = b.lse_part;
+    buf.workspace = b.states;
+    buf.workspace_bytes = b.states_bytes;
+    attention_forward(c2, bl, buf, stream);
+    return;
+  }
   // Queries past the shard: each sees the whole shard (the last row of a cache of len rows).
   for (std::int64_t t = std::max(e, first_out); t < N; ++t) {
     const std::int64_t j = t - first_out;
@@ -329,10 +427,17 @@ void LoopbackTransport::broadcast_q_out(const AttentionConfig& cfg, std::int64_t
                                          cudaMemcpyDeviceToDevice, stream));
 }
 
-void LoopbackTransport::gather_partials(const AttentionConfig& cfg, std::int64_t T_out,
+void LoopbackTransport::gather_partials(const AttentionConfig& cfg, const CpLayout& layout, std::int64_t T_out,
                                         const std::vector<CpRankBuffers>& local, cudaStream_t stream) {
   if (T_out == 0) return;
   const CpRankBuffers& last = local.back();
+  if (cp_state_splits(cfg, layout, 0, T_out) > 0) {
+    const StateTable tab = state_table(cfg, layout);
+    for (int r = 0; r < ranks_; ++r)
+      ORTHROS_CUDA_CHECK(cudaMemcpyAsync(last.states_all + tab.off[r], local[r].states, state_bytes(cfg, tab.ns[r]),
+                                         cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
   require(last.o_parts && last.lse_parts, "the last rank's o_parts/lse_parts must not be null (T_out = ", T_out, ")");
   const std::size_t ob = static_cast<std::size_t>(T_out) * row_bytes(cfg, true);
   const std::size_t lb = static_cast<std::size_t>(T_out) * cfg.num_q_heads * sizeof(float);
@@ -420,11 +525,29 @@ void NcclTransport::broadcast_q_out(const AttentionConfig& cfg, std::int64_t T_o
       ncclBroadcast(local[0].q_out, local[0].q_out, bytes, ncclUint8, ranks_ - 1, comm_of(comm_), stream));
 }
 
-void NcclTransport::gather_partials(const AttentionConfig& cfg, std::int64_t T_out,
+void NcclTransport::gather_partials(const AttentionConfig& cfg, const CpLayout& layout, std::int64_t T_out,
                                     const std::vector<CpRankBuffers>& local, cudaStream_t stream) {
   require(local.size() == 1, "NcclTransport drives one rank per process (got ", local.size(), " rank buffers)");
   if (T_out == 0) return;
   const CpRankBuffers& b = local[0];
+  if (cp_state_splits(cfg, layout, 0, T_out) > 0) {  // split states, rank-major, to the last rank
+    const StateTable tab = state_table(cfg, layout);
+    const int last = ranks_ - 1;
+    if (rank_ == last)
+      ORTHROS_CUDA_CHECK(cudaMemcpyAsync(b.states_all + tab.off[last], b.states, state_bytes(cfg, tab.ns[last]),
+                                         cudaMemcpyDeviceToDevice, stream));
+    ORTHROS_NCCL_CHECK(ncclGroupStart());
+    if (rank_ == last) {
+      for (int r = 0; r < last; ++r)
+        ORTHROS_NCCL_CHECK(ncclRecv(b.states_all + tab.off[r], state_bytes(cfg, tab.ns[r]), ncclUint8, r,
+                                    comm_of(comm_), stream));
+    } else {
+      ORTHROS_NCCL_CHECK(
+          ncclSend(b.states, state_bytes(cfg, tab.ns[rank_]), ncclUint8, last, comm_of(comm_), stream));
+    }
+    ORTHROS_NCCL_CHECK(ncclGroupEnd());
+    return;
+  }
   const std::size_t ob = static_cast<std::size_t>(T_out) * row_bytes(cfg, true);
   const std::size_t lb = static_cast<std::size_t>(T_out) * cfg.num_q_heads * sizeof(float);
   const int last = ranks_ - 1;
@@ -475,8 +598,8 @@ void NcclTransport::broadcast_q_out(const AttentionConfig&, std::int64_t, const 
                                     cudaStream_t) {
   no_nccl("NcclTransport::broadcast_q_out");
 }
-void NcclTransport::gather_partials(const AttentionConfig&, std::int64_t, const std::vector<CpRankBuffers>&,
-                                    cudaStream_t) {
+void NcclTransport::gather_partials(const AttentionConfig&, const CpLayout&, std::int64_t,
+                                    const std::vector<CpRankBuffers>&, cudaStream_t) {
   no_nccl("NcclTransport::gather_partials");
 }
 void NcclTransport::allreduce(float*, std::size_t, int, cudaStream_t) { no_nccl("NcclTransport::allreduce"); }
@@ -511,9 +634,20 @@ void cp_attention(const AttentionConfig& cfg, const CpLayout& layout, std::int64
               local[i].scratch_bytes, ")");
     }
   }
-  if (T_out > 0 && last_local)
-    require(local.back().o_parts && local.back().lse_parts && local.back().o_out, "the last rank (",
-            layout.ranks() - 1, ") needs o_parts, lse_parts and o_out (T_out = ", T_out, ")");
+  const bool state_path = T_out > 0 && cp_state_splits(cfg, layout, 0, T_out) > 0;
+  if (T_out > 0 && last_local) {
+    require(local.back().o_out, "the last rank (", layout.ranks() - 1, ") needs o_out (T_out = ", T_out, ")");
+    if (state_path) {
+      std::size_t need = 0;
+      for (int r = 0; r < layout.ranks(); ++r) need += state_bytes(cfg, splits_for(cfg, layout.length[r]));
+      require(local.back().states_all && local.back().states_all_bytes >= need, "the last rank (",
+              layout.ranks() - 1, ") needs states_all of ", need,
+              " bytes (sum of cp_states_bytes over the shards) on the state path; got ", local.back().states_all_bytes);
+    } else {
+      require(local.back().o_parts && local.back().lse_parts, "the last rank (", layout.ranks() - 1,
+              ") needs o_parts and lse_parts (T_out = ", T_out, ")");
+    }
+  }
 
   cudaStream_t comm = opt.comm_stream ? opt.comm_stream : stream;
   cudaEvent_t ready = nullptr, halo = nullptr;
@@ -545,10 +679,30 @@ void cp_attention(const AttentionConfig& cfg, const CpLayout& layout, std::int64
   // 3. Output stream: partial states per rank, gathered to the last rank, merged in rank order.
   if (opt.broadcast_q_out) tr.broadcast_q_out(cfg, T_out, local, stream);
   for (size_t i = 0; i < local.size(); ++i) cp_output_partials(cfg, layout, ranks[i], T_out, local[i], stream);
-  tr.gather_partials(cfg, T_out, local, stream);
-  if (last_local)
+  tr.gather_partials(cfg, layout, T_out, local, stream);
+  if (!last_local) return;
+  if (state_path) {
+    const StateTable tab = state_table(cfg, layout);
+    const CpRankBuffers& b = local.back();
+    switch (cfg.dtype) {
+      case DType::f32:
+        cp_merge_states_kernel<float><<<cfg.num_q_heads, cfg.head_dim, 0, stream>>>(
+            b.states_all, static_cast<float*>(b.o_out), b.lse_out, tab, cfg.head_dim);
+        break;
+      case DType::f16:
+        cp_merge_states_kernel<__half><<<cfg.num_q_heads, cfg.head_dim, 0, stream>>>(
+            b.states_all, static_cast<__half*>(b.o_out), b.lse_out, tab, cfg.head_dim);
+        break;
+      case DType::bf16:
+        cp_merge_states_kernel<__nv_bfloat16><<<cfg.num_q_heads, cfg.head_dim, 0, stream>>>(
+            b.states_all, static_cast<__nv_bfloat16*>(b.o_out), b.lse_out, tab, cfg.head_dim);
+        break;
+    }
+    ORTHROS_CUDA_LAUNCH_CHECK("cp_merge_states_kernel");
+  } else {
     cp_merge_partials(cfg, layout.ranks(), T_out, local.back().o_parts, local.back().lse_parts, local.back().o_out,
                       local.back().lse_out, stream);
+  }
 }
 
 void cp_decode_step(const AttentionConfig& cfg, CpLayout& layout, CpTransport& tr,

@@ -34,14 +34,21 @@
 ///     down to 64 rows (fast) or kDeterministicChunk rows (deterministic), so local row 0 of
 ///     `[halo; shard]` sits on a tile/chunk boundary and every row sees the same tiles/chunks as
 ///     on one GPU (cost: at most 63, resp. 1023, extra halo rows).
-///   - output stream o_out/lse_out when one rank holds all keys of the row (R = 1, or the query
-///     inside rank 0's shard): **bitwise** (the merge of one state is the identity: e = 1, L = 1).
-///   - output stream when K >= 2 ranks hold keys: within rounding (SPEC §6), in both modes. The
-///     public operator returns each rank's o_r rounded to the dtype (bf16/f16: one extra rounding
-///     per rank) and the merge regroups the single GPU's chunk merges. Deterministic mode is still
-///     run-to-run and regime invariant, but NOT bitwise equal to one GPU here; bitwise would need
-///     the ranks' fp32 chunk states (m, l, acc) merged as one chain in chunk order
-///     (docs/context_parallel.md, "Deterministic mode").
+///   - output stream, R = 1: **bitwise** (the merge of one state is the identity: e = 1, L = 1).
+///   - output stream of ONE output query (prefill, decode: T_out = 1), R >= 2, "state path"
+///     (cp_state_splits() > 0): each rank's attention_forward call is split over its shard and
+///     its fp32 split states (m, l, acc: the operator's split-KV workspace) are gathered to the
+///     last rank and merged as ONE chain in rank and split order with the operator's own merge
+///     arithmetic (merge_coeffs/merge_val/state_lse of common.cuh). Deterministic mode with every
+///     shard start a multiple of kDeterministicChunk and every shard longer than one chunk: the
+///     splits are the single GPU's chunks, so o_out/lse_out are **bitwise** equal to one GPU.
+///     Fast mode: split counts per rank are fixed by the layout (cp_state_splits()); one rounding
+///     to the dtype, as a single-GPU split-KV; within SPEC §6, not bitwise.
+///   - output stream otherwise (T_out > 1, or deterministic with a shard start off the chunk
+///     grid or a shard of <= one chunk): the "normalized path": each rank's o_r is the public
+///     operator's output rounded to the dtype (bf16/f16: one extra rounding per rank), lse_r f32,
+///     merged by cp_merge_partials(); within rounding (SPEC §6 relative criterion, a few ulps of
+///     one GPU), not bitwise.
 ///
 /// Errors: bad layouts, ranks, windows, buffers throw orthros::Error naming the parameter and
 /// values before anything is launched; CUDA failures throw CudaError; NCCL failures throw
@@ -137,7 +144,25 @@ struct CpRankBuffers {
   float* lse_parts = nullptr;  ///< [R, T_out, H_q]
   void* o_out = nullptr;       ///< [T_out, H_q, D] merged output stream
   float* lse_out = nullptr;    ///< [T_out, H_q] (may be null)
+  // State path only (cp_state_splits() > 0 for the call):
+  float* states = nullptr;         ///< cp_states_bytes(cfg, shard rows): this rank's split states
+  std::size_t states_bytes = 0;
+  float* states_all = nullptr;     ///< last rank: sum over ranks of cp_states_bytes(cfg, len_r)
+  std::size_t states_all_bytes = 0;
 };
+
+/// Split states this rank contributes to the output stream on the state path (see the file
+/// comment), or 0 when the call uses the normalized path. Depends only on (cfg.deterministic,
+/// layout, T_out), so every process decides alike: > 0 iff T_out == 1, 2 <= R <= 64 and, in the
+/// deterministic mode, every shard starts on the kDeterministicChunk grid and is longer than one
+/// chunk (then ceil(len_r / kDeterministicChunk), the chunks); fast mode: clamp(ceil(len_r /
+/// 1024), 2, 64) splits (cfg.num_splits is not used).
+int cp_state_splits(const AttentionConfig& cfg, const CpLayout& layout, int rank, std::int64_t T_out);
+
+/// Bytes of the split states of a rank whose shard has `shard_rows` rows on the state path (the
+/// most any call over that many rows needs; allocate with the shard capacity). 0 never: at least
+/// one state.
+std::size_t cp_states_bytes(const AttentionConfig& cfg, std::int64_t shard_rows);
 
 /// The rank's base rows of a call with T base queries: cache rows `[first, first + count)`,
 /// `first = max(start_r, N - T)`, count >= 0.
@@ -166,7 +191,8 @@ void cp_window_stream(const AttentionConfig& cfg, const CpLayout& layout, int ra
 /// at row t, the keys `[start_r, min(t, end_r - 1)]`; empty (o = 0, lse = -inf) when t < start_r.
 /// One attention_forward on the shard for the queries inside it (causal, T = T_out = their
 /// count) and one per query past the shard (it sees the whole shard); the base rows of those
-/// calls go to `b.scratch`. For prefill/decode (T_out = 1) that is one call per rank.
+/// calls go to `b.scratch`. For prefill/decode (T_out = 1) that is one call per rank, which on
+/// the state path also leaves its split states in `b.states`.
 void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int rank, std::int64_t T_out,
                         const CpRankBuffers& b, cudaStream_t stream = nullptr);
 
@@ -194,9 +220,11 @@ class CpTransport {
   /// Copies the last rank's q_out to every rank's q_out.
   virtual void broadcast_q_out(const AttentionConfig& cfg, std::int64_t T_out, const std::vector<CpRankBuffers>& local,
                                cudaStream_t stream) = 0;
-  /// Gathers every rank's (o_part, lse_part) into slot r of the last rank's (o_parts, lse_parts).
-  virtual void gather_partials(const AttentionConfig& cfg, std::int64_t T_out, const std::vector<CpRankBuffers>& local,
-                               cudaStream_t stream) = 0;
+  /// Gathers every rank's (o_part, lse_part) into slot r of the last rank's (o_parts, lse_parts);
+  /// on the state path (cp_state_splits() > 0) every rank's `states` into the last rank's
+  /// `states_all`, rank-major.
+  virtual void gather_partials(const AttentionConfig& cfg, const CpLayout& layout, std::int64_t T_out,
+                               const std::vector<CpRankBuffers>& local, cudaStream_t stream) = 0;
 };
 
 /// R virtual ranks on one GPU (tests, and the R = 1 baseline): drives all ranks; halo pieces,
@@ -211,8 +239,8 @@ class LoopbackTransport final : public CpTransport {
                      const std::vector<CpRankBuffers>& local, cudaStream_t stream) override;
   void broadcast_q_out(const AttentionConfig& cfg, std::int64_t T_out, const std::vector<CpRankBuffers>& local,
                        cudaStream_t stream) override;
-  void gather_partials(const AttentionConfig& cfg, std::int64_t T_out, const std::vector<CpRankBuffers>& local,
-                       cudaStream_t stream) override;
+  void gather_partials(const AttentionConfig& cfg, const CpLayout& layout, std::int64_t T_out,
+                       const std::vector<CpRankBuffers>& local, cudaStream_t stream) override;
 
  private:
   int ranks_;
@@ -244,8 +272,8 @@ class NcclTransport final : public CpTransport {
                      const std::vector<CpRankBuffers>& local, cudaStream_t stream) override;
   void broadcast_q_out(const AttentionConfig& cfg, std::int64_t T_out, const std::vector<CpRankBuffers>& local,
                        cudaStream_t stream) override;
-  void gather_partials(const AttentionConfig& cfg, std::int64_t T_out, const std::vector<CpRankBuffers>& local,
-                       cudaStream_t stream) override;
+  void gather_partials(const AttentionConfig& cfg, const CpLayout& layout, std::int64_t T_out,
+                       const std::vector<CpRankBuffers>& local, cudaStream_t stream) override;
   /// Sum-all-reduce of `n` floats in place (the benchmark's barrier / max-time reduction: op 0
   /// sum, 1 max). Synchronous.
   void allreduce(float* dev, std::size_t n, int op, cudaStream_t stream);
