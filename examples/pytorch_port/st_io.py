@@ -1,8 +1,12 @@
 """Minimal .safetensors reader/writer on NumPy (SPEC §5), with no dependency but NumPy.
 
+The reader is the package's own (reference/python/orthros/_safetensors.py, also
+`orthros.testing.read_safetensors`), loaded by path; the writer is here.
+
 bf16 has no NumPy dtype: BF16 tensors are read as float32 (exactly: a bf16 is the top half of a
 float32) and written from float32 by round-to-nearest-even on the bit pattern.
 """
+import importlib.util
 import json
 import os
 import struct
@@ -10,29 +14,26 @@ import sys
 
 import numpy as np
 
-_NP = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
+
+def _load_reader():
+    """The package's pure-NumPy reader, reference/python/orthros/_safetensors.py: from this checkout
+    by its path (the examples need NumPy only; `import orthros` would load the compiled
+    orthros._core, which the interpreter running a port, e.g. PyTorch's on a GPU machine, may not
+    have), else from an installed `orthros` package (`pip install .`)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(here, os.pardir, os.pardir, "reference", "python", "orthros", "_safetensors.py")
+    if os.path.isfile(src):
+        spec = importlib.util.spec_from_file_location("orthros_safetensors", src)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    from orthros import _safetensors
+    return _safetensors
 
 
-def read(path):
-    """Returns (tensors: dict name -> np.ndarray, metadata: dict str -> str)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    data = memoryview(raw)[8 + n:]
-    meta = header.pop("__metadata__", {}) or {}
-    out = {}
-    for name, t in header.items():
-        b, e = t["data_offsets"]
-        shape = tuple(t["shape"])
-        if t["dtype"] == "BF16":
-            u16 = np.frombuffer(data[b:e], dtype="<u2").astype(np.uint32) << 16
-            out[name] = u16.view(np.float32).reshape(shape)
-        elif t["dtype"] in _NP:
-            out[name] = np.frombuffer(data[b:e], dtype=_NP[t["dtype"]]).reshape(shape).copy()
-        else:
-            raise ValueError(f"{path}: tensor {name}: dtype {t['dtype']} not supported")
-    return out, meta
+_reader = _load_reader()
+_NP = _reader.NP_DTYPES
+read = _reader.read_safetensors  # read(path) -> (tensors: dict name -> np.ndarray, metadata: dict str -> str)
 
 
 def _bf16_bits(a):

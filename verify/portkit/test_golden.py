@@ -720,6 +720,22 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
         self.assertIn("failed", p.stderr)
 
 
+class StIoReaderTest(unittest.TestCase):
+    """The example's reader is the package's (one implementation: reference/python/orthros/_safetensors.py)."""
+
+    def test_st_io_reads_with_the_package_reader(self):
+        import st_io
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "reference", "python",
+                           "orthros", "_safetensors.py")
+        self.assertEqual(os.path.realpath(st_io.read.__code__.co_filename), os.path.realpath(src))
+        with tempfile.TemporaryDirectory() as d:  # the package reader's checks, which st_io's own lacked
+            short = os.path.join(d, "short.safetensors")
+            with open(short, "wb") as f:
+                f.write(b"\x10\x00\x00")
+            with self.assertRaisesRegex(ValueError, "shorter than 8 bytes"):
+                st_io.read(short)
+
+
 class StIoBf16Test(unittest.TestCase):
     """The example's BF16 writer rounds once, to nearest even, from the value's own precision."""
 

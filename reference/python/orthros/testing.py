@@ -27,46 +27,16 @@ cache rows t = i+1), so a failure reads like the report of `orthros check`.
 import json
 import math
 import os
-import struct
 
 import numpy as np
 
 from . import _core
+from ._safetensors import read_safetensors  # one reader, shared with examples/pytorch_port/st_io.py
 
 __all__ = ["GoldenCase", "assert_matches_golden", "golden_cases", "read_safetensors"]
 
 OUTPUTS = ("o", "o_out", "lse", "lse_out")
 GRADIENTS = ("dq", "dq_out", "dk", "dv")
-
-_NP = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
-
-
-def read_safetensors(path):
-    """(tensors: dict name -> np.ndarray, metadata: dict) of a .safetensors file (SPEC §5).
-
-    F64/F32/F16 keep their dtype; BF16 (no NumPy dtype) is read as float32, exactly."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 8:
-        raise ValueError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-    (n,) = struct.unpack("<Q", raw[:8])
-    if 8 + n > len(raw):
-        raise ValueError(f"{path}: header length {n} beyond the end of the file")
-    header = json.loads(raw[8:8 + n])
-    data = memoryview(raw)[8 + n:]
-    meta = header.pop("__metadata__", None) or {}
-    out = {}
-    for name, t in header.items():
-        b, e = t["data_offsets"]
-        shape = tuple(t["shape"])
-        if t["dtype"] == "BF16":
-            bits = np.frombuffer(data[b:e], dtype="<u2").astype(np.uint32) << 16
-            out[name] = bits.view(np.float32).reshape(shape)
-        elif t["dtype"] in _NP:
-            out[name] = np.frombuffer(data[b:e], dtype=_NP[t["dtype"]]).reshape(shape).copy()
-        else:
-            raise ValueError(f"{path}: tensor {name}: dtype {t['dtype']} not supported")
-    return out, meta
 
 
 class GoldenCase:
