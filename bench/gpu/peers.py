@@ -8,7 +8,6 @@
 bf16, qwen3-8b attention shape: H_q=32, H_kv=8, D=128. Median of N CUDA-event-timed runs after warm-up.
 Usage: peers.py [--runs N] [--json FILE] [--quick]
 """
-import argparse
 import json
 import sys
 import traceback
@@ -16,44 +15,14 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-HQ, HKV, D, W = 32, 8, 128, 128
-
-
-def median_ms(fn, runs, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+from peers_common import HKV, HQ, D, W, Recorder, median_ms, parse_args
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=25)
-    ap.add_argument("--json", default="")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+    args = parse_args()
     dev = torch.device("cuda")
-    rows = []
-
-    def record(name, shape, fn, runs=args.runs):
-        try:
-            ms = median_ms(fn, runs)
-            rows.append({"name": name, "shape": shape, "median_ms": ms})
-            print(f"{name:34s} {shape:36s} {ms:10.4f} ms", flush=True)
-        except Exception as e:  # a backend may refuse a shape; record why
-            rows.append({"name": name, "shape": shape, "median_ms": None, "error": f"{type(e).__name__}: {e}"[:300]})
-            print(f"{name:34s} {shape:36s} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
-        torch.cuda.empty_cache()
+    rec = Recorder(args.runs, name_width=34, shape_width=36, error_chars=300, print_chars=200, empty_cache=True)
+    rows, record = rec.rows, rec.record
 
     n = 4 << 30
     a = torch.empty(n, dtype=torch.uint8, device=dev)

@@ -12,7 +12,6 @@ Each: forward alone, backward alone (torch.autograd.grad on a retained graph: on
 kernels run) and forward + backward. Median of N CUDA-event-timed runs after 3 warm-ups.
 Usage: peers_backward.py [--runs N] [--json FILE] [--quick]
 """
-import argparse
 import json
 import sys
 import traceback
@@ -20,43 +19,14 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-HQ, HKV, D, W = 32, 8, 128, 128
-
-
-def median_ms(fn, runs, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+from peers_common import HKV, HQ, D, W, Recorder, parse_args
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=25)
-    ap.add_argument("--json", default="")
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+    args = parse_args()
     dev = torch.device("cuda")
-    rows = []
-
-    def record(name, shape, fn):
-        try:
-            ms = median_ms(fn, args.runs)
-            rows.append({"name": name, "shape": shape, "median_ms": ms})
-            print(f"{name:40s} {shape:10s} {ms:10.4f} ms", flush=True)
-        except Exception as e:
-            rows.append({"name": name, "shape": shape, "median_ms": None, "error": f"{type(e).__name__}: {e}"[:400]})
-            print(f"{name:40s} {shape:10s} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    rec = Recorder(args.runs, name_width=40, shape_width=10, error_chars=400, print_chars=300, empty_cache=False)
+    rows, record = rec.rows, rec.record
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

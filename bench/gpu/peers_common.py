@@ -1,0 +1,65 @@
+"""Shared by peers.py (forward peers, issue 4) and peers_backward.py (backward peers, issue 10):
+the attention shape, the command line, CUDA-event timing and the row recorder.
+
+Both scripts run as `python3 bench/gpu/peers*.py` (ci/gpu.sh, ci/gpu_backward.sh), so this
+directory is on sys.path and `import peers_common` finds this file.
+"""
+import argparse
+
+import torch
+
+HQ, HKV, D, W = 32, 8, 128, 128  # qwen3-8b attention shape, Orthros window
+
+
+def parse_args():
+    """--runs N (default 25), --json FILE, --quick."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=25)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--quick", action="store_true")
+    return ap.parse_args()
+
+
+def median_ms(fn, runs, warm=3):
+    """Median of `runs` CUDA-event-timed calls of fn after `warm` untimed ones, in ms."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(runs):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+class Recorder:
+    """rows (the JSON's "rows") and record(name, shape, fn[, runs]): times fn, appends a row and prints
+    a line; a failure (a backend may refuse a shape) is recorded with its error instead. Column widths,
+    how much of an error is kept/printed and whether the CUDA cache is emptied after each row are the
+    caller's, so each script's output stays as it was."""
+
+    def __init__(self, runs, name_width, shape_width, error_chars, print_chars, empty_cache):
+        self.rows = []
+        self.runs = runs
+        self.name_width, self.shape_width = name_width, shape_width
+        self.error_chars, self.print_chars = error_chars, print_chars
+        self.empty_cache = empty_cache
+
+    def record(self, name, shape, fn, runs=None):
+        head = f"{name:{self.name_width}s} {shape:{self.shape_width}s}"
+        try:
+            ms = median_ms(fn, self.runs if runs is None else runs)
+            self.rows.append({"name": name, "shape": shape, "median_ms": ms})
+            print(f"{head} {ms:10.4f} ms", flush=True)
+        except Exception as e:
+            self.rows.append({"name": name, "shape": shape, "median_ms": None,
+                              "error": f"{type(e).__name__}: {e}"[:self.error_chars]})
+            print(f"{head} FAILED {type(e).__name__}: {str(e)[:self.print_chars]}", flush=True)
+        if self.empty_cache:
+            torch.cuda.empty_cache()
