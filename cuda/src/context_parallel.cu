@@ -86,7 +86,9 @@ __global__ void cp_merge_kernel(const T* __restrict__ o_parts, const float* __re
   }
   // M == -inf (no state holds keys) cannot happen for a valid layout; it yields NaN, not a value.
   o_out[(size_t)row * D + d] = Elem<T>::from_f(M == detail::kNegInf ? NAN : acc);
-  if (d == 0 && lse_out) lse_out[row] = M == detail::kNegInf ? NAN : __fadd_rn(M, logf(L));
+  // lse = M + log L in float64, rounded once (as state_lse: no extra float32 rounding of log L).
+  if (d == 0 && lse_out)
+    lse_out[row] = M == detail::kNegInf ? NAN : __double2float_rn(__dadd_rn(double(M), log(double(L))));
 }
 
 template <typename T>
@@ -153,7 +155,6 @@ template <typename T>
 __global__ void cp_merge_states_kernel(const float* __restrict__ states, T* __restrict__ o_out,
                                        float* __restrict__ lse_out, const __grid_constant__ StateTable tab, int D) {
   const int head = blockIdx.x, d = threadIdx.x;
-  const int Hq = gridDim.x;
   float M = detail::kNegInf, L = 0.f, acc = 0.f;
   for (int r = 0; r < tab.R; ++r) {
     const float* base = states + tab.off[r] + (size_t)head * tab.ns[r] * (D + 2);
@@ -165,7 +166,6 @@ __global__ void cp_merge_states_kernel(const float* __restrict__ states, T* __re
       M = cf.m;
     }
   }
-  (void)Hq;
   o_out[(size_t)head * D + d] = Elem<T>::from_f(__fmul_rn(acc, __frcp_rn(L)));
   if (d == 0 && lse_out) lse_out[head] = detail::state_lse(M, L);
 }

@@ -199,7 +199,8 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
 /// The LSE merge in rank order of R partial states (issue 12; orthros::merge_partial_states):
 /// per output row and query head, over the non-empty states (lse > -inf), in float32:
 /// `M = max lse_r, e_r = exp(lse_r - M), L = sum_r e_r (ascending r), o = sum_r (e_r / L) o_r,
-/// lse = M + log L`; o rounded once to the dtype. One state: the identity, bit for bit.
+/// lse = M + log L` (this sum in float64, rounded once); o rounded once to the dtype. One state:
+/// the identity, bit for bit.
 /// \param o_parts  [R, T_out, H_q, D] (dtype), \param lse_parts [R, T_out, H_q]
 /// \param o_out    [T_out, H_q, D],          \param lse_out   [T_out, H_q] (may be null)
 /// \throws orthros::Error on R < 1, T_out < 0, null buffers; CudaError on a failed launch.
