@@ -150,44 +150,6 @@ SeqOut<S> run_cp(const SeqIn<S>& in, const AttentionDims& d, const oc::Attention
   return out;
 }
 
-/// Output stream of R >= 2 ranks: SPEC §6 criterion 1 (relative Frobenius) against the float64
-/// oracle, and per element within a few ulps of one GPU (o_out: 3 ulps of the dtype times the
-/// max |o| of the row's head; lse_out: 64 ulps of f32 of max(1, |lse|)). Returns "" on success.
-template <typename S>
-std::string check_merged(const SeqIn<S>& in, const SeqOut<S>& got, const SeqOut<S>& one, const AttentionDims& d,
-                         std::int64_t w) {
-  std::ostringstream os;
-  const int Hq = d.num_q_heads, D = d.head_dim;
-  AttentionOptions opt;
-  opt.window = w;
-  const auto ref = orthros_attention<double>(in.q.template cast<double>(), in.k.template cast<double>(),
-                                             in.v.template cast<double>(), in.q_out.template cast<double>(), d, opt);
-  const auto at = orthros_attention<S>(in.q, in.k, in.v, in.q_out, d, opt);
-  const auto rep = check::compare("o_out", got.o_out, ref.o_out, Hq, D, dtype_name<S>(),
-                                  check::max_abs_diff(at.o_out, ref.o_out));
-  if (!rep.pass_rel || !rep.pass_finite)
-    os << "o_out vs float64 oracle: rel_fro=" << rep.rel_fro << " (tol " << rep.rel_tol << ") nan=" << rep.nan_count
-       << "\n";
-  const double ulp = std::is_same_v<S, float> ? std::ldexp(1.0, -23) : std::ldexp(1.0, -7);
-  for (Eigen::Index i = 0; i < got.o_out.rows(); ++i)
-    for (int h = 0; h < Hq; ++h) {
-      double m = 0;
-      for (int x = 0; x < D; ++x) m = std::max(m, std::abs(double(one.o_out(i, h * D + x))));
-      for (int x = 0; x < D; ++x) {
-        const double e = std::abs(double(got.o_out(i, h * D + x)) - double(one.o_out(i, h * D + x)));
-        if (!(e <= 3 * ulp * m + 1e-30)) {
-          os << "o_out[" << i << ", " << h << ", " << x << "] = " << double(got.o_out(i, h * D + x)) << ", one GPU "
-             << double(one.o_out(i, h * D + x)) << " (|diff| " << e << " > 3 ulp * " << m << ")\n";
-          return os.str();
-        }
-      }
-      const double l1 = one.lse_out(i, h), l = got.lse_out(i, h);
-      if (!(std::abs(l - l1) <= 64 * std::ldexp(1.0, -24) * std::max(1.0, std::abs(l1))))
-        os << "lse_out[" << i << ", " << h << "] = " << l << ", one GPU " << l1 << "\n";
-    }
-  return os.str();
-}
-
 std::string lens_str(const std::vector<std::int64_t>& v) {
   std::string s = "{";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -254,15 +216,13 @@ void random_cases(std::uint64_t seed0, int cases) {
     if (exact) {
       EXPECT_EQ(bitwise(got.o_out, one.o_out, "o_out (R = 1 or deterministic state path)"), "");
       EXPECT_EQ(bitwise(got.lse_out, one.lse_out, "lse_out (R = 1 or deterministic state path)"), "");
-    } else if (T_out > 0) {
-      EXPECT_EQ(check_merged<S>(in, got, one, d, w), "");
     }
+    // Elsewhere the merged output stream differs from one GPU's in rounding only; what it must meet
+    // is the operator's contract: SPEC §6 (both criteria) against the float64 oracle, every dtype.
     AttentionOptions opt;
     opt.window = w;
-    if (R == 1 || std::is_same_v<S, float>) {  // the full SPEC §6 check where partials are f32 (or R = 1)
-      const auto ocheck = check_vs_oracle<S>(in, got, d, opt);
-      EXPECT_TRUE(ocheck.pass) << ocheck.report;
-    }
+    const auto ocheck = check_vs_oracle<S>(in, got, d, opt);
+    EXPECT_TRUE(ocheck.pass) << ocheck.report;
   }
 }
 
@@ -358,8 +318,11 @@ void decode_case(const std::vector<std::int64_t>& lens0, std::int64_t w, bool de
     if (R == 1 || (det && oc::cp_state_splits(cfg, L, 0, 1) > 0)) {
       EXPECT_EQ(bitwise(got.o_out, one.o_out, "decode o_out (R = 1 or deterministic state path)"), "");
       EXPECT_EQ(bitwise(got.lse_out, one.lse_out, "decode lse_out (R = 1 or deterministic state path)"), "");
-    } else {
-      EXPECT_EQ(check_merged<S>(in, got, one, d, w), "") << "step " << s;
+    } else {  // merged: SPEC §6 against the float64 oracle (both criteria)
+      AttentionOptions opt;
+      opt.window = w;
+      const auto ocheck = check_vs_oracle<S>(in, got, d, opt);
+      EXPECT_TRUE(ocheck.pass) << "step " << s << ": " << ocheck.report;
     }
   }
   // The cache stayed sharded and grew on the last rank: its rows are the gathered cache's.
