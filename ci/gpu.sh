@@ -8,15 +8,7 @@
 # the GPU tests failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${ORTHROS_GPU_BIN:-build-cuda-carry}
-OUTDIR=${OUT:-gpu-out}
-mkdir -p "$OUTDIR"
-export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# libcublas.so.13 (linked shared by the layer, cuda/src/layer.cu): the device image's CUDA toolkit.
-CUBLAS_SO=$(ldconfig -p | grep -o '/[^ ]*libcublas\.so\.13$' | head -1)
-[ -z "$CUBLAS_SO" ] && CUBLAS_SO=$(find /usr/local/cuda*/ /usr/local/lib /opt -name libcublas.so.13 2>/dev/null | head -1)
-[ -n "$CUBLAS_SO" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$CUBLAS_SO")"
-export PYTHONUNBUFFERED=1
+source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)
 RUNS=${ORTHROS_BENCH_RUNS:-25}
 QUICK=${ORTHROS_BENCH_QUICK:+--quick}
 

@@ -8,11 +8,8 @@
 # shapes, our benchmark, the PyTorch/cuDNN peers, the summary table last. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${ORTHROS_GPU_BIN:-build-cuda-carry}
-OUTDIR=${OUT:-gpu-out}
+source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)
 RUNS=${ORTHROS_BENCH_RUNS:-15}
-mkdir -p "$OUTDIR"
-export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; cat "$BIN/COMMIT" 2>/dev/null; date -u; } \
   | tee "$OUTDIR/env.txt"
 echo "== backward gpu tests"
