@@ -69,10 +69,10 @@ namespace orthros::cuda {
 struct CpLayout {
   std::vector<std::int64_t> length;  ///< length[r] >= 1
   std::vector<std::int64_t> first;   ///< first[r] = sum of length[0..r)
-  int ranks() const { return static_cast<int>(length.size()); }
-  std::int64_t start(int r) const { return first[r]; }
-  std::int64_t end(int r) const { return first[r] + length[r]; }
-  std::int64_t total() const { return length.empty() ? 0 : end(ranks() - 1); }
+  int ranks() const { return static_cast<int>(length.size()); }                ///< R
+  std::int64_t start(int r) const { return first[r]; }                          ///< first cache row of rank r
+  std::int64_t end(int r) const { return first[r] + length[r]; }                ///< one past its last row
+  std::int64_t total() const { return length.empty() ? 0 : end(ranks() - 1); }  ///< cache rows N of all ranks
 };
 
 /// \throws orthros::Error when `shard_lengths` is empty, has more than 4096 ranks, an entry is
@@ -92,17 +92,17 @@ std::int64_t cp_halo_alignment(bool deterministic);
 /// (global), at local shard row `first_row - start(src_rank)` of the sender and halo row
 /// `first_row - halo.first_row` of the receiver.
 struct CpHaloPiece {
-  int src_rank = 0;
-  std::int64_t first_row = 0;
-  std::int64_t rows = 0;
+  int src_rank = 0;            ///< the rank that sends the piece
+  std::int64_t first_row = 0;  ///< first (global) cache row of the piece
+  std::int64_t rows = 0;       ///< rows in the piece
 };
 
 /// The halo of one rank: rows `[first_row, start_r)`, `first_row = align_down(max(0, start_r -
 /// (w-1)), cp_halo_alignment(det))`, the pieces in ascending rank order (empty for rank 0).
 struct CpHalo {
-  std::int64_t first_row = 0;
-  std::int64_t rows = 0;
-  std::vector<CpHaloPiece> pieces;
+  std::int64_t first_row = 0;       ///< first (global) cache row of the halo
+  std::int64_t rows = 0;            ///< start_r - first_row (0 for rank 0)
+  std::vector<CpHaloPiece> pieces;  ///< who sends which rows, ascending rank
 };
 
 /// The halo of `rank` (issue 12's halo rule plus the alignment above). Depends only on start_r,
@@ -116,10 +116,10 @@ CpHalo cp_halo(const CpLayout& layout, int rank, std::int64_t window, bool deter
 /// `halo_rows` must equal `cp_halo(layout, r, window, det).rows`; `shard_capacity >= length(r)`
 /// (the last rank needs room for decode appends). Allocate with cp_rank_kv_bytes().
 struct CpRankKV {
-  void* k = nullptr;
-  void* v = nullptr;
-  std::int64_t halo_rows = 0;
-  std::int64_t shard_capacity = 0;
+  void* k = nullptr;                ///< [halo_rows + shard_capacity, H_kv, D] keys (post-RoPE)
+  void* v = nullptr;                ///< [halo_rows + shard_capacity, H_kv, D] values
+  std::int64_t halo_rows = 0;       ///< cp_halo(layout, r, window, det).rows
+  std::int64_t shard_capacity = 0;  ///< rows reserved for the shard (>= its length)
 };
 
 /// Bytes of ONE of k/v for `rows` = halo_rows + shard_capacity rows.
@@ -128,7 +128,7 @@ std::size_t cp_rank_kv_bytes(const AttentionConfig& cfg, std::int64_t rows);
 /// Device buffers of one rank for one call (T base queries, T_out output queries of the whole
 /// sequence; the rank's base rows are cp_rank_rows()). Dtype = cfg.dtype unless float.
 struct CpRankBuffers {
-  CpRankKV kv;
+  CpRankKV kv;  ///< the rank's halo + shard storage
   const void* q = nullptr;  ///< [T_r, H_q, D] the rank's base queries (rows first..first+T_r-1)
   void* o = nullptr;        ///< [T_r, H_q, D]
   float* lse = nullptr;     ///< [T_r, H_q] (may be null)
@@ -138,7 +138,7 @@ struct CpRankBuffers {
   void* o_part = nullptr;      ///< [T_out, H_q, D] this rank's partial states (dtype)
   float* lse_part = nullptr;   ///< [T_out, H_q] their LSEs (-inf: empty state)
   void* scratch = nullptr;     ///< cp_scratch_bytes() bytes (base rows of the partial calls)
-  std::size_t scratch_bytes = 0;
+  std::size_t scratch_bytes = 0;  ///< size of `scratch` in bytes
   // Last rank only (the owner of the output queries):
   void* o_parts = nullptr;     ///< [R, T_out, H_q, D] gathered partial states, rank-major
   float* lse_parts = nullptr;  ///< [R, T_out, H_q]
@@ -146,9 +146,9 @@ struct CpRankBuffers {
   float* lse_out = nullptr;    ///< [T_out, H_q] (may be null)
   // State path only (cp_state_splits() > 0 for the call):
   float* states = nullptr;         ///< cp_states_bytes(cfg, shard rows): this rank's split states
-  std::size_t states_bytes = 0;
+  std::size_t states_bytes = 0;      ///< size of `states` in bytes
   float* states_all = nullptr;     ///< last rank: sum over ranks of cp_states_bytes(cfg, len_r)
-  std::size_t states_all_bytes = 0;
+  std::size_t states_all_bytes = 0;  ///< size of `states_all` in bytes
 };
 
 /// Split states this rank contributes to the output stream on the state path (see the file
@@ -167,9 +167,11 @@ std::size_t cp_states_bytes(const AttentionConfig& cfg, std::int64_t shard_rows)
 /// The rank's base rows of a call with T base queries: cache rows `[first, first + count)`,
 /// `first = max(start_r, N - T)`, count >= 0.
 struct CpRows {
-  std::int64_t first = 0;
-  std::int64_t count = 0;
+  std::int64_t first = 0;  ///< first cache row
+  std::int64_t count = 0;  ///< rows (>= 0)
 };
+/// The base rows of `rank` in a call with T base queries (CpRows). \throws orthros::Error on a bad
+/// rank or T outside [0, N].
 CpRows cp_rank_rows(const CpLayout& layout, int rank, std::int64_t T);
 
 /// Scratch bytes of cp_output_partials() for T_out output queries.
@@ -201,8 +203,14 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
 /// `M = max lse_r, e_r = exp(lse_r - M), L = sum_r e_r (ascending r), o = sum_r (e_r / L) o_r,
 /// lse = M + log L` (this sum in float64, rounded once); o rounded once to the dtype. One state:
 /// the identity, bit for bit.
-/// \param o_parts  [R, T_out, H_q, D] (dtype), \param lse_parts [R, T_out, H_q]
-/// \param o_out    [T_out, H_q, D],          \param lse_out   [T_out, H_q] (may be null)
+/// \param cfg       dtype and dims of the operator
+/// \param R         number of partial states per output row (ranks)
+/// \param T_out     output rows
+/// \param o_parts   [R, T_out, H_q, D] (dtype), rank-major
+/// \param lse_parts [R, T_out, H_q] (float32, natural log; -inf: empty state)
+/// \param o_out     [T_out, H_q, D] merged output (dtype)
+/// \param lse_out   [T_out, H_q] merged LSE (may be null)
+/// \param stream    CUDA stream of the launch
 /// \throws orthros::Error on R < 1, T_out < 0, null buffers; CudaError on a failed launch.
 void cp_merge_partials(const AttentionConfig& cfg, int R, std::int64_t T_out, const void* o_parts,
                        const float* lse_parts, void* o_out, float* lse_out, cudaStream_t stream = nullptr);
