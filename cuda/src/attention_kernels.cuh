@@ -266,21 +266,39 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
           }
         }
       }
-      // Scale, mask, online softmax (log2 domain).
+      // Scale, mask, online softmax (log2 domain). When every row of the warp sees every key of
+      // the tile (most tiles of the causal stream) the mask is a no-op and is skipped.
       const int kbase = tt * BN + 2 * c;
+      bool full = true;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) full = full && lo[mt][h] <= tt * BN && hi[mt][h] >= tt * BN + BN - 1;
+      full = __all_sync(0xffffffffu, full);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float mx[2] = {kNegInf, kNegInf};
+        if (full) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+          for (int j = 0; j < NT; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1, n = kbase + j * 8 + (e & 1);
-            float v = __fmul_rn(s[mt][j][e], p.scale_log2);
-            if (n < lo[mt][h] || n > hi[mt][h]) v = kNegInf;
-            s[mt][j][e] = v;
-            mx[h] = fmaxf(mx[h], v);
-          }
+            for (int e = 0; e < 4; ++e) {
+              const float v = __fmul_rn(s[mt][j][e], p.scale_log2);
+              s[mt][j][e] = v;
+              mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        } else {
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e >> 1, n = kbase + j * 8 + (e & 1);
+              float v = __fmul_rn(s[mt][j][e], p.scale_log2);
+              if (n < lo[mt][h] || n > hi[mt][h]) v = kNegInf;
+              s[mt][j][e] = v;
+              mx[h] = fmaxf(mx[h], v);
+            }
+        }
         float muse[2], alpha[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
