@@ -489,9 +489,63 @@ TEST(ContextParallelErrors, DecodeStepLeavesCacheOnError) {
   EXPECT_NE(msg(rmat(2, 8, 9), kn, vn).find("one base query and one output query"), std::string::npos);
   Mat<double> bad = kn;
   bad(0, 1) = INFINITY;
-  EXPECT_NE(msg(q, bad, vn).find("cache.k[1] contains a non-finite value"), std::string::npos);
+  EXPECT_NE(msg(q, bad, vn).find("k_new contains a non-finite value"), std::string::npos);  // named before the append
   EXPECT_EQ(cache.shard_lengths(), before.shard_lengths());
   EXPECT_TRUE(cache.k[1] == before.k[1] && cache.v[1] == before.v[1]);
   EXPECT_EQ(msg(q, kn, vn), "no error");
   EXPECT_EQ(cache.shard_lengths(), (std::vector<Index>{2, 4}));
+}
+
+// A shard whose scores all overflow S to -inf carries zero weight (as on one device): an empty
+// state, not a NaN. Hand-built so that q_out.k of shard 0's two keys is -400*400/sqrt(2) < -65504
+// (f16 -inf) while shard 1's scores are finite (found by a reviewer's probe).
+TEST(ContextParallel, ShardWithAllScoresOverflowingToMinusInfIsEmpty) {
+  using H = Eigen::half;
+  const AttentionDims dims{1, 1, 2};
+  AttentionOptions opt;
+  opt.window = 1;
+  Mat<H> k(4, 2), v(4, 2), q(1, 2), qo(1, 2);
+  k << H(400), H(0), H(400), H(0), H(0), H(1), H(0), H(0.5);
+  v << H(0.25), H(-0.5), H(0.75), H(1), H(-1), H(0.125), H(0.5), H(0.5);
+  q << H(0.5), H(0.5);
+  qo << H(-400), H(1);
+  const auto one = orthros_attention<H>(q, k, v, qo, dims, opt);
+  for (const std::vector<Index>& lens : {std::vector<Index>{2, 2}, std::vector<Index>{1, 3}}) {
+    const auto cp = context_parallel_attention<H>(q, shard_kv<H>(k, v, lens), qo, dims, opt);
+    // Shard 0 contributes nothing, so the merge is the identity of shard 1's state: bitwise.
+    EXPECT_TRUE(cp.o_out == one.o_out && cp.lse_out == one.lse_out)
+        << "shards {" << lens[0] << ", " << lens[1] << "}: o_out " << double(cp.o_out(0, 0)) << " vs "
+        << double(one.o_out(0, 0)) << ", lse_out " << double(cp.lse_out(0, 0)) << " vs " << double(one.lse_out(0, 0));
+  }
+}
+
+// The merge rejects non-finite states by name instead of returning NaN.
+TEST(ContextParallelErrors, MergeRejectsNonFiniteStates) {
+  PartialStates<double> a, b;
+  a.o = Mat<double>::Constant(1, 2, 0.5);
+  a.lse = Mat<double>::Constant(1, 1, 1.0);
+  b.o = Mat<double>::Constant(1, 2, 0.25);
+  b.lse = Mat<double>::Constant(1, 1, 2.0);
+  auto msg = [&] { return error_message([&] { merge_partial_states<double>({a, b}); }); };
+  a.lse(0, 0) = std::nan("");
+  EXPECT_NE(msg().find("state 0 has lse nan at output row 0 head 0"), std::string::npos) << msg();
+  a.lse(0, 0) = INFINITY;
+  EXPECT_NE(msg().find("state 0 has lse inf"), std::string::npos) << msg();
+  a.lse(0, 0) = 1.0;
+  b.o(0, 1) = std::nan("");
+  EXPECT_NE(msg().find("state 1 has o nan at output row 0 head 0 dim 1"), std::string::npos) << msg();
+  b.lse(0, 0) = -INFINITY;  // an empty state's o is not read
+  EXPECT_EQ(msg(), "no error");
+}
+
+// One non-empty state: the merge copies it, so signed zeros survive (R = 1 bitwise in every dtype).
+TEST(ContextParallel, SingleStateMergeKeepsSignedZero) {
+  PartialStates<Eigen::half> a, b;
+  a.o = Mat<Eigen::half>::Constant(1, 2, Eigen::half(-0.0f));
+  a.lse = Mat<float>::Constant(1, 1, 0.5f);
+  b.o = Mat<Eigen::half>::Constant(1, 2, Eigen::half(0.25f));
+  b.lse = Mat<float>::Constant(1, 1, -INFINITY);
+  const auto m = merge_partial_states<Eigen::half>({a, b});
+  EXPECT_TRUE(std::signbit(static_cast<float>(m.o(0, 0))) && std::signbit(static_cast<float>(m.o(0, 1))));
+  EXPECT_EQ(m.lse(0, 0), 0.5f);
 }

@@ -285,6 +285,23 @@ struct PartialStates {
   Mat<AccumT<S>> lse;  ///< [T_out, H_q]   LSE over the state's keys; -inf for an empty state
 };
 
+namespace detail {
+/// True when every scaled score of `q` against local key rows [0, hi] of one KV head rounds to
+/// -inf in S (attend_row's step 1, the same arithmetic).
+template <typename S>
+bool all_scores_neg_inf(const S* q, const Mat<S>& k, Eigen::Index kv_col, int head_dim, Eigen::Index hi,
+                        AccumT<S> scale) {
+  using Acc = AccumT<S>;
+  for (Eigen::Index j = 0; j <= hi; ++j) {
+    const S* kj = k.data() + j * k.cols() + kv_col;
+    Acc dot = 0;
+    for (int d = 0; d < head_dim; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(kj[d]);
+    if (static_cast<Acc>(static_cast<S>(dot * scale)) != -std::numeric_limits<Acc>::infinity()) return false;
+  }
+  return true;
+}
+}  // namespace detail
+
 /// One rank's partial states for every output query of the call (issue 12: split-KV over the
 /// ranks' shards): output query i at cache row `first_out_row + i` sees cache rows `[0, t]`;
 /// of those, rank r holds `[start_r, min(t, end_r - 1)]`, on which orthros::attend_row gives
@@ -311,9 +328,19 @@ PartialStates<S> rank_output_partials(const Mat<S>& q_out, Eigen::Index first_ou
     const Index t = first_out_row + i;
     if (t < shard_start) continue;  // empty state: the whole shard lies after the query
     const Index hi = std::min<Index>(t, shard_start + k_shard.rows() - 1) - shard_start;  // local rows [0, hi]
-    for (int h = 0; h < Hq; ++h)
-      attend_row<S>(q_out.data() + i * q_out.cols() + Index(h) * D, k_shard, v_shard, Index(h / group) * D, D, 0, hi,
-                    scale, p.o.data() + i * p.o.cols() + Index(h) * D, &p.lse(i, h));
+    for (int h = 0; h < Hq; ++h) {
+      const S* qh = q_out.data() + i * q_out.cols() + Index(h) * D;
+      S* oh = p.o.data() + i * p.o.cols() + Index(h) * D;
+      attend_row<S>(qh, k_shard, v_shard, Index(h / group) * D, D, 0, hi, scale, oh, &p.lse(i, h));
+      // Every score of this shard overflowed S to -inf (huge negative q.k in f16/bf16): the keys
+      // carry zero weight on one device too, so the state is empty (attend_row's m = -inf gives
+      // NaN here).
+      if (std::isnan(static_cast<double>(p.lse(i, h))) &&
+          detail::all_scores_neg_inf<S>(qh, k_shard, Index(h / group) * D, D, hi, scale)) {
+        std::fill(oh, oh + D, S(0));
+        p.lse(i, h) = -std::numeric_limits<Acc>::infinity();
+      }
+    }
   }
   return p;
 }
@@ -330,11 +357,12 @@ PartialStates<S> rank_output_partials(const Mat<S>& q_out, Eigen::Index first_ou
 /// \f]
 /// Exact in real arithmetic: with Z_r = sum_{j in K_r} e^{s_j} = e^{lse_r}, the union has
 /// Z = sum_r Z_r, and o = sum_r (Z_r / Z) o_r. With one non-empty state the merge is the identity
-/// bit for bit (e = 1, L = 1, o = 1 * o_0, lse = M + 0), so R = 1 equals the single device
+/// bit for bit (the state is copied: signed zeros kept), so R = 1 equals the single device
 /// bitwise. The rounding bound of the merge is derived in docs/context_parallel.md.
 /// \param states one PartialStates per rank, in rank order, all of the same shape
 /// \returns the merged state `[T_out, H_q*D]`, `[T_out, H_q]` (o rounded once to S)
-/// \throws orthros::Error when `states` is empty, shapes differ, or a row has no non-empty state.
+/// \throws orthros::Error when `states` is empty, shapes differ, a row has no non-empty state, or a
+///   state holds a NaN or +inf lse or a non-finite o in a non-empty row (names state, row, head).
 template <typename S>
 PartialStates<S> merge_partial_states(const std::vector<PartialStates<S>>& states) {
   using Index = Eigen::Index;
@@ -356,9 +384,28 @@ PartialStates<S> merge_partial_states(const std::vector<PartialStates<S>>& state
   for (Index i = 0; i < rows; ++i)
     for (Index h = 0; h < Hq; ++h) {
       Acc M = -std::numeric_limits<Acc>::infinity();
-      for (const auto& s : states) M = std::max(M, s.lse(i, h));
-      require(M > -std::numeric_limits<Acc>::infinity(), "merge_partial_states: output row ", i, " head ", h,
-              " has no keys in any state");
+      int live = 0;
+      size_t only = 0;
+      for (size_t r = 0; r < states.size(); ++r) {
+        const Acc l = states[r].lse(i, h);
+        require(!std::isnan(static_cast<double>(l)) && l != std::numeric_limits<Acc>::infinity(),
+                "merge_partial_states: state ", r, " has lse ", static_cast<double>(l), " at output row ", i, " head ",
+                h, " (must be finite, or -inf for an empty state)");
+        if (l == -std::numeric_limits<Acc>::infinity()) continue;
+        const S* o_r = states[r].o.data() + i * cols + h * D;
+        for (Index d = 0; d < D; ++d)
+          require(std::isfinite(static_cast<double>(o_r[d])), "merge_partial_states: state ", r, " has o ",
+                  static_cast<double>(o_r[d]), " at output row ", i, " head ", h, " dim ", d, " (must be finite)");
+        M = std::max(M, l);
+        ++live;
+        only = r;
+      }
+      require(live > 0, "merge_partial_states: output row ", i, " head ", h, " has no keys in any state");
+      if (live == 1) {  // the identity, bit for bit (signed zeros included)
+        for (Index d = 0; d < D; ++d) m.o(i, h * D + d) = states[only].o(i, h * D + d);
+        m.lse(i, h) = states[only].lse(i, h);
+        continue;
+      }
       Acc L = 0;
       for (size_t r = 0; r < states.size(); ++r) {
         if (states[r].lse(i, h) == -std::numeric_limits<Acc>::infinity()) continue;  // empty state
@@ -480,6 +527,8 @@ AttentionResult<S> context_parallel_decode_step(ShardedKV<S>& cache, const Mat<S
           dims.head_dim, "] (", ckv, " columns); got [", k_new.rows(), ", ", k_new.cols(), "]");
   require(v_new.rows() == 1 && v_new.cols() == ckv, "v_new must be [1, H_kv, D] = [1, ", dims.num_kv_heads, ", ",
           dims.head_dim, "] (", ckv, " columns); got [", v_new.rows(), ", ", v_new.cols(), "]");
+  detail::require_finite(k_new, "k_new", dims.head_dim);  // named here, before the append
+  detail::require_finite(v_new, "v_new", dims.head_dim);
   Mat<S>& k_last = cache.k.back();
   Mat<S>& v_last = cache.v.back();
   const Index n = k_last.rows();
