@@ -4,6 +4,8 @@
 // Shapes: bf16, qwen3-8b attention (H_q=32, H_kv=8, D=128), w=128 (SPEC §7).
 #include "orthros/cuda/attention.hpp"
 
+#include "bench_common.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -17,55 +19,9 @@
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)(i * 2654435761u) ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(((h & 0xffff) / 32768.0f - 1.0f));
-  }
-}
-
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t n) : bytes(n) {
-    ck(cudaMalloc(&p, n), "cudaMalloc");
-    fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), n / 2, (unsigned)n);
-    ck(cudaGetLastError(), "fill_kernel");
-  }
-  ~Dev() { cudaFree(p); }
-};
-
-double median_ms(const std::function<void()>& fn, int runs, int warm = 3) {
-  for (int i = 0; i < warm; ++i) fn();
-  ck(cudaDeviceSynchronize(), "warm-up sync");
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> t;
-  for (int i = 0; i < runs; ++i) {
-    cudaEventRecord(a);
-    fn();
-    cudaEventRecord(b);
-    ck(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using orthros::bench::ck;
+using orthros::bench::Dev;
+using orthros::bench::median_ms;
 
 struct Row {
   std::string name, shape;

@@ -14,6 +14,8 @@
 #include "orthros/cuda/attention.hpp"
 #include "orthros/cuda/context_parallel.hpp"
 
+#include "bench_common.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <sys/wait.h>
@@ -31,34 +33,8 @@ namespace oc = orthros::cuda;
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)(i * 2654435761u) ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(((h & 0xffff) / 32768.0f - 1.0f));
-  }
-}
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(size_t n, unsigned seed = 1) {
-    ck(cudaMalloc(&p, std::max<size_t>(n, 16)), "cudaMalloc");
-    fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), std::max<size_t>(n, 16) / 2, seed);
-    ck(cudaGetLastError(), "fill_kernel");
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
+using orthros::bench::ck;
+using orthros::bench::Dev;
 
 struct Args {
   int ranks = 0;

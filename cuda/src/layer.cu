@@ -32,16 +32,7 @@ __global__ void qk_prep_kernel(T* x, long long rows, int H, int D, const T* nw, 
   const long long r = warp / H;
   const int h = static_cast<int>(warp % H);
   T* p = x + (r * H + h) * D;
-  float inv = 1.f;
-  if (nw) {
-    float ss = 0.f;
-    for (int i = lane; i < D; i += 32) {
-      const float v = Elem<T>::to_f(p[i]);
-      ss = __fadd_rn(ss, __fmul_rn(v, v));
-    }
-    for (int off = 16; off > 0; off >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, off));
-    inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(D)), eps)));
-  }
+  const float inv = nw ? warp_rms_inv(p, D, eps, lane) : 1.f;
   for (int i = lane; i < D; i += 32) {
     T v = p[i];
     if (nw) v = Elem<T>::from_f(__fmul_rn(__fmul_rn(Elem<T>::to_f(v), inv), Elem<T>::to_f(nw[i])));

@@ -59,16 +59,7 @@ __global__ void __launch_bounds__(kStageWarps * 32) stage_backward_kernel(const 
     __syncwarp();
     if (p.dqhat)
       for (int d = lane; d < D; d += 32) static_cast<T*>(p.dqhat)[base + d] = sg[d];
-    float inv = 1.f;
-    if (nw) {
-      float ss = 0.f;
-      for (int d = lane; d < D; d += 32) {
-        const float v = Elem<T>::to_f(x[d]);
-        ss = __fadd_rn(ss, __fmul_rn(v, v));
-      }
-      for (int off = 16; off > 0; off >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, off));
-      inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(D)), p.eps)));
-    }
+    const float inv = nw ? warp_rms_inv(x, D, p.eps, lane) : 1.f;
     float dot = 0.f;
     for (int d = lane; d < D; d += 32) {
       const float xv = Elem<T>::to_f(x[d]);
@@ -220,6 +211,7 @@ struct BwdCarve {
   size_t q_lin, q, qo_lin, qo, k_lin, k, v, kc, vc, o, oo, lse, lse_out, attn_fwd, d_o, d_oo, dq, dqo, dk, dv, attn_bwd,
       dqhat, normed, gain, colsum, total;
   std::int64_t capacity;
+  size_t fwd_bytes, bwd_bytes;  // the attention forward's / backward's own workspace sizes
 };
 
 BwdCarve carve_backward(const LayerConfig& c, const BatchLayout& l, size_t fwd_bytes, size_t bwd_bytes) {
@@ -232,6 +224,8 @@ BwdCarve carve_backward(const LayerConfig& c, const BatchLayout& l, size_t fwd_b
   Carver cr;
   BwdCarve cv{};
   cv.capacity = cap;
+  cv.fwd_bytes = fwd_bytes;
+  cv.bwd_bytes = bwd_bytes;
   cv.q_lin = cr.take(tq * d * es);
   cv.q = cr.take(tq * d * es);
   cv.qo_lin = cr.take(to * d * es);
@@ -312,7 +306,7 @@ void run_layer_backward(const LayerConfig& cfg, const BatchLayout& layout, const
   st.lse = reinterpret_cast<float*>(at(cv.lse));
   st.lse_out = reinterpret_cast<float*>(at(cv.lse_out));
   st.attn_workspace = at(cv.attn_fwd);
-  st.attn_workspace_bytes = attention_workspace_bytes(acfg, layout);
+  st.attn_workspace_bytes = cv.fwd_bytes;
   layer_forward_stages(cfg, layout, w, b.x, b.x_out, st, handle, stream);
 
   // 2. y = o W_O, y' = o' W_O: dW_O = oᵀdy + o'ᵀdy', do = dy W_Oᵀ, do' = dy' W_Oᵀ.
@@ -340,7 +334,7 @@ void run_layer_backward(const LayerConfig& cfg, const BatchLayout& layout, const
   ab.dk = at(cv.dk);
   ab.dv = at(cv.dv);
   ab.workspace = at(cv.attn_bwd);
-  ab.workspace_bytes = attention_backward_workspace_bytes(acfg, layout);
+  ab.workspace_bytes = cv.bwd_bytes;
   attention_backward(acfg, layout, ab, stream);
 
   // 4. RoPE, scale-offset and QK-norm backward: dq -> d(x W_Q), dq' -> d(x' W_Q), dk -> d(x W_K).

@@ -39,6 +39,20 @@ class CublasScope {
 /// Checks of a layer configuration and layout shared by forward and backward (orthros::Error).
 void validate_layer(const LayerConfig& c, const BatchLayout& l);
 
+/// r = 1/sqrt(mean(x²) + eps) of one head's D values, by one warp: lane-strided float32 sums, then
+/// a fixed butterfly (every lane gets the same bits). The QK-norm's forward (qk_prep) and its
+/// backward (layer_backward.cu) both use it, so the backward recomputes the forward's r exactly.
+template <typename T>
+__device__ __forceinline__ float warp_rms_inv(const T* x, int D, float eps, int lane) {
+  float ss = 0.f;
+  for (int i = lane; i < D; i += 32) {
+    const float v = Elem<T>::to_f(x[i]);
+    ss = __fadd_rn(ss, __fmul_rn(v, v));
+  }
+  for (int off = 16; off > 0; off >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, off));
+  return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(D)), eps)));
+}
+
 /// Null checks of the weights a call with tq base and to output rows needs (names the weight).
 void check_layer_weights(const LayerConfig& cfg, const LayerWeightsDevice& w, long long tq, long long to);
 

@@ -225,9 +225,8 @@ LayerGradsHost layer_gpu(const oc::LayerConfig& cfg, const orthros::AttentionWei
   Dev dx_in = Dev::of(stack(x, dm)), dxo_in = Dev::of(stack(xo, dm)), ddy = Dev::of(stack(dy, dm)),
       ddyo = Dev::of(stack(dyo, dm));
   Dev wq = Dev::of(w.w_q), wk = Dev::of(w.w_k), wv = Dev::of(w.w_v), wo = Dev::of(w.w_o);
-  Dev al = Dev::of(f64(w.alpha).cast<BF>().eval()), be = Dev::of(f64(w.beta).cast<BF>().eval()),
-      alo = Dev::of(f64(w.alpha_out).cast<BF>().eval()), beo = Dev::of(f64(w.beta_out).cast<BF>().eval()),
-      qn = Dev::of(f64(w.q_norm).cast<BF>().eval()), kn = Dev::of(f64(w.k_norm).cast<BF>().eval());
+  Dev al = Dev::of(w.alpha), be = Dev::of(w.beta), alo = Dev::of(w.alpha_out), beo = Dev::of(w.beta_out),
+      qn = Dev::of(w.q_norm), kn = Dev::of(w.k_norm);
   const oc::LayerWeightsDevice gw{wq.p, wk.p, wv.p, wo.p, al.p, be.p, alo.p, beo.p, qn.p, kn.p};
   LayerGradsHost g;
   g.dw = orthros::zeros_like(w);
@@ -249,19 +248,16 @@ LayerGradsHost layer_gpu(const oc::LayerConfig& cfg, const orthros::AttentionWei
   oc::attention_layer_backward(cfg, lay, gw, b, blas, nullptr);
   ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_backward");
   ms = ms_since(t0);
-  auto down_vec = [&](orthros::Vec<BF>& v, const Dev& d) {
-    if (v.size()) ck(cudaMemcpy(v.data(), d.p, size_t(v.size()) * es, cudaMemcpyDeviceToHost), "cudaMemcpy grad");
-  };
   owq.download(g.dw.w_q);
   owk.download(g.dw.w_k);
   owv.download(g.dw.w_v);
   owo.download(g.dw.w_o);
-  down_vec(g.dw.alpha, oal);
-  down_vec(g.dw.beta, obe);
-  down_vec(g.dw.alpha_out, oalo);
-  down_vec(g.dw.beta_out, obeo);
-  down_vec(g.dw.q_norm, oqn);
-  down_vec(g.dw.k_norm, okn);
+  oal.download(g.dw.alpha);
+  obe.download(g.dw.beta);
+  oalo.download(g.dw.alpha_out);
+  obeo.download(g.dw.beta_out);
+  oqn.download(g.dw.q_norm);
+  okn.download(g.dw.k_norm);
   size_t qoff = 0, ooff = 0;
   for (const auto& s : shapes) {
     Mat<BF> a(s.T, dm), c(s.T_out, dm);
@@ -279,15 +275,6 @@ void add_weights(orthros::AttentionWeights<double>& a, const orthros::AttentionW
   a.w_q += b.w_q, a.w_k += b.w_k, a.w_v += b.w_v, a.w_o += b.w_o;
   a.alpha += b.alpha, a.beta += b.beta, a.alpha_out += b.alpha_out, a.beta_out += b.beta_out;
   a.q_norm += b.q_norm, a.k_norm += b.k_norm;
-}
-
-orthros::AttentionWeights<double> widen(const orthros::AttentionWeights<BF>& w) {
-  orthros::AttentionWeights<double> r;
-  r.w_q = f64(w.w_q), r.w_k = f64(w.w_k), r.w_v = f64(w.w_v), r.w_o = f64(w.w_o);
-  r.alpha = w.alpha.cast<double>(), r.beta = w.beta.cast<double>();
-  r.alpha_out = w.alpha_out.cast<double>(), r.beta_out = w.beta_out.cast<double>();
-  r.q_norm = w.q_norm.cast<double>(), r.k_norm = w.k_norm.cast<double>();
-  return r;
 }
 
 void print_row(const char* part, const std::string& regime, const SeqShape* s, int tensors, const Verdict& v,
@@ -394,7 +381,7 @@ int orthros_verify_grad_cuda(const std::string& config, int d_model, int seq_len
   // ---- layer training step: dx, dx' and every parameter gradient ----
   orthros::ModelConfig mc = orthros::model_config(config, d_model, 1);
   const orthros::AttentionWeights<BF> w = orthros::random_weights<BF>(mc, seed).layers[0].attn;
-  const orthros::AttentionWeights<double> wd = widen(w);
+  const orthros::AttentionWeights<double> wd = orthros::cast_weights<double>(w);
   oc::LayerConfig lc;
   lc.dtype = oc::DType::bf16;
   lc.d_model = d_model;
@@ -413,7 +400,7 @@ int orthros_verify_grad_cuda(const std::string& config, int d_model, int seq_len
     l_ref.push_back(orthros::orthros_attention_layer_backward<double>(wd, mc.attn, f64(x.x), f64(x.x_out), f64(x.dy),
                                                                       f64(x.dy_out)));
     const auto a = orthros::orthros_attention_layer_backward<BF>(w, mc.attn, x.x, x.x_out, x.dy, x.dy_out);
-    l_at.push_back({f64(a.dx), f64(a.dx_out), widen(a.dw)});
+    l_at.push_back({f64(a.dx), f64(a.dx_out), orthros::cast_weights<double>(a.dw)});
     l_in.push_back(std::move(x));
   }
   cublasHandle_t blas = nullptr;

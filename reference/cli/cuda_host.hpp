@@ -26,11 +26,12 @@ struct Dev {
     ck(cudaMalloc(&p, std::max<size_t>(n, 16)), "cudaMalloc");
     ck(cudaMemset(p, 0xFF, std::max<size_t>(n, 16)), "cudaMemset(poison)");
   }
-  /// A device copy of a row-major host matrix.
-  template <typename S>
-  static Dev of(const Mat<S>& m) {
-    Dev d(size_t(m.size()) * sizeof(S));
-    if (m.size()) ck(cudaMemcpy(d.p, m.data(), size_t(m.size()) * sizeof(S), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  /// A device copy of a row-major host matrix or a vector (any contiguous Eigen object).
+  template <typename M>
+  static Dev of(const M& m) {
+    const size_t bytes = size_t(m.size()) * sizeof(typename M::Scalar);
+    Dev d(bytes);
+    if (m.size()) ck(cudaMemcpy(d.p, m.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
     return d;
   }
   ~Dev() {
@@ -43,10 +44,12 @@ struct Dev {
   T* at(size_t elem_off) const {
     return static_cast<T*>(p) + elem_off;
   }
-  /// Copies the first m.size() elements into m (rows x cols already set).
-  template <typename S>
-  void download(Mat<S>& m) const {
-    if (m.size()) ck(cudaMemcpy(m.data(), p, size_t(m.size()) * sizeof(S), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  /// Copies the first m.size() elements into m (a matrix or vector, its size already set).
+  template <typename M>
+  void download(M& m) const {
+    if (m.size())
+      ck(cudaMemcpy(m.data(), p, size_t(m.size()) * sizeof(typename M::Scalar), cudaMemcpyDeviceToHost),
+         "cudaMemcpy D2H");
   }
 };
 

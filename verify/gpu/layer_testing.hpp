@@ -57,22 +57,6 @@ AttentionWeights<S> random_layer_weights(int Hq, int Hkv, int D, std::int64_t d_
   return w;
 }
 
-template <typename S>
-AttentionWeights<double> widen(const AttentionWeights<S>& w) {
-  AttentionWeights<double> r;
-  r.w_q = w.w_q.template cast<double>();
-  r.w_k = w.w_k.template cast<double>();
-  r.w_v = w.w_v.template cast<double>();
-  r.w_o = w.w_o.template cast<double>();
-  r.alpha = w.alpha.template cast<double>();
-  r.beta = w.beta.template cast<double>();
-  r.alpha_out = w.alpha_out.template cast<double>();
-  r.beta_out = w.beta_out.template cast<double>();
-  r.q_norm = w.q_norm.template cast<double>();
-  r.k_norm = w.k_norm.template cast<double>();
-  return r;
-}
-
 template <typename S, typename M>
 std::unique_ptr<DevBuf> to_dev(const M& m) {
   auto b = std::make_unique<DevBuf>(std::max<size_t>(1, size_t(m.size()) * sizeof(S)));

@@ -166,7 +166,7 @@ void run_case(const BwdCase& c) {
     to += c.T_out[b];
   }
   const auto w = random_layer_weights<S>(c.Hq, c.Hkv, c.D, c.d_model, rng);
-  const auto wd = widen(w);
+  const auto wd = cast_weights<double>(w);
   const Mat<S> x = random_mat<S>(tq, c.d_model, rng), x_out = random_mat<S>(to, c.d_model, rng);
   const Mat<S> dy = random_mat<S>(tq, c.d_model, rng), dy_out = random_mat<S>(to, c.d_model, rng);
 
@@ -196,7 +196,7 @@ void run_case(const BwdCase& c) {
     at.dx.middleRows(qo, T) = gs.dx.template cast<double>();
     at.dx_out.middleRows(oo, To) = gs.dx_out.template cast<double>();
     accumulate(ref.dw, gd.dw);
-    accumulate(at.dw, widen(gs.dw));
+    accumulate(at.dw, cast_weights<double>(gs.dw));
     qo += T;
     oo += To;
   }

@@ -89,7 +89,7 @@ void run_layer_case(const LayerCase& c) {
   gcfg.deterministic = c.deterministic;
 
   const AttentionWeights<S> w = random_weights<S>(c, rng);
-  const AttentionWeights<double> wd = widen(w);
+  const AttentionWeights<double> wd = cast_weights<double>(w);
   auto dwq = to_dev<S>(w.w_q), dwk = to_dev<S>(w.w_k), dwv = to_dev<S>(w.w_v), dwo = to_dev<S>(w.w_o);
   auto dal = to_dev<S>(w.alpha), dbe = to_dev<S>(w.beta), dalo = to_dev<S>(w.alpha_out), dbeo = to_dev<S>(w.beta_out);
   auto dqn = to_dev<S>(w.q_norm), dkn = to_dev<S>(w.k_norm);

@@ -110,6 +110,7 @@ void require_finite_result(const AttentionResult<S>& r, int head_dim) {
 ///   3. p_j  = S(exp(s_j - m) / l)                        probabilities, stored at precision S
 ///   4. o_d  = S(sum_j p_j v_jd)                          summed over j ascending
 ///   5. lse  = m + log(l)
+/// When every score rounds to -inf (S overflowed), the row is an empty softmax: o = 0, lse = -inf.
 /// At S = double/float each rounding S(.) is exact, so this is the plain two-pass softmax;
 /// at S = bf16/f16 it is the "naive implementation at the kernel's own precision" that
 /// SPEC §6 measures a kernel against.
@@ -137,6 +138,11 @@ void attend_row(const S* q, const Mat<S>& k, const Mat<S>& v, Eigen::Index kv_co
     for (int d = 0; d < head_dim; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(kj[d]);
     s[j] = static_cast<Acc>(static_cast<S>(dot * scale));
     m = std::max(m, s[j]);
+  }
+  if (m == -std::numeric_limits<Acc>::infinity()) {  // every score rounded to -inf: no weight anywhere
+    std::fill(out, out + head_dim, S(0));             // (an empty softmax; orthros_attention rejects
+    *lse = m;                                         // the row as an overflow, a split-KV merge skips it)
+    return;
   }
   Acc l = 0;  // 2. softmax denominator
   for (Eigen::Index j = 0; j < n; ++j) {

@@ -285,23 +285,6 @@ struct PartialStates {
   Mat<AccumT<S>> lse;  ///< [T_out, H_q]   LSE over the state's keys; -inf for an empty state
 };
 
-namespace detail {
-/// True when every scaled score of `q` against local key rows [0, hi] of one KV head rounds to
-/// -inf in S (attend_row's step 1, the same arithmetic).
-template <typename S>
-bool all_scores_neg_inf(const S* q, const Mat<S>& k, Eigen::Index kv_col, int head_dim, Eigen::Index hi,
-                        AccumT<S> scale) {
-  using Acc = AccumT<S>;
-  for (Eigen::Index j = 0; j <= hi; ++j) {
-    const S* kj = k.data() + j * k.cols() + kv_col;
-    Acc dot = 0;
-    for (int d = 0; d < head_dim; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(kj[d]);
-    if (static_cast<Acc>(static_cast<S>(dot * scale)) != -std::numeric_limits<Acc>::infinity()) return false;
-  }
-  return true;
-}
-}  // namespace detail
-
 /// One rank's partial states for every output query of the call (issue 12: split-KV over the
 /// ranks' shards): output query i at cache row `first_out_row + i` sees cache rows `[0, t]`;
 /// of those, rank r holds `[start_r, min(t, end_r - 1)]`, on which orthros::attend_row gives
@@ -328,19 +311,11 @@ PartialStates<S> rank_output_partials(const Mat<S>& q_out, Eigen::Index first_ou
     const Index t = first_out_row + i;
     if (t < shard_start) continue;  // empty state: the whole shard lies after the query
     const Index hi = std::min<Index>(t, shard_start + k_shard.rows() - 1) - shard_start;  // local rows [0, hi]
-    for (int h = 0; h < Hq; ++h) {
-      const S* qh = q_out.data() + i * q_out.cols() + Index(h) * D;
-      S* oh = p.o.data() + i * p.o.cols() + Index(h) * D;
-      attend_row<S>(qh, k_shard, v_shard, Index(h / group) * D, D, 0, hi, scale, oh, &p.lse(i, h));
-      // Every score of this shard overflowed S to -inf (huge negative q.k in f16/bf16): the keys
-      // carry zero weight on one device too, so the state is empty (attend_row's m = -inf gives
-      // NaN here).
-      if (std::isnan(static_cast<double>(p.lse(i, h))) &&
-          detail::all_scores_neg_inf<S>(qh, k_shard, Index(h / group) * D, D, hi, scale)) {
-        std::fill(oh, oh + D, S(0));
-        p.lse(i, h) = -std::numeric_limits<Acc>::infinity();
-      }
-    }
+    // A shard whose scores all round to -inf (huge negative q.k in f16/bf16) comes back from
+    // attend_row as an empty state (o = 0, lse = -inf): zero weight, as on one device.
+    for (int h = 0; h < Hq; ++h)
+      attend_row<S>(q_out.data() + i * q_out.cols() + Index(h) * D, k_shard, v_shard, Index(h / group) * D, D, 0, hi,
+                    scale, p.o.data() + i * p.o.cols() + Index(h) * D, &p.lse(i, h));
   }
   return p;
 }

@@ -44,6 +44,24 @@ struct AttentionWeights {
   Vec<S> k_norm;     ///< [D] RMSNorm weight of the keys (used when qk_norm)
 };
 
+/// The same weights in another scalar type T (each value converted once, e.g. bf16 -> double to
+/// run the float64 oracle on a kernel's weights).
+template <typename T, typename S>
+AttentionWeights<T> cast_weights(const AttentionWeights<S>& w) {
+  AttentionWeights<T> r;
+  r.w_q = w.w_q.template cast<T>();
+  r.w_k = w.w_k.template cast<T>();
+  r.w_v = w.w_v.template cast<T>();
+  r.w_o = w.w_o.template cast<T>();
+  r.alpha = w.alpha.template cast<T>();
+  r.beta = w.beta.template cast<T>();
+  r.alpha_out = w.alpha_out.template cast<T>();
+  r.beta_out = w.beta_out.template cast<T>();
+  r.q_norm = w.q_norm.template cast<T>();
+  r.k_norm = w.k_norm.template cast<T>();
+  return r;
+}
+
 /// Per-layer KV cache: rows are absolute positions 1..P (post-RoPE keys, values), [P, H_kv*D].
 /// Only base tokens append to it; output-specific tokens never write it; nothing is evicted.
 template <typename S>
