@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
     return c;
   };
   // One ragged-or-uniform call: B sequences with (T, P, T_out).
+  using orthros::cuda::KernelPath;
   auto bench_call = [&](const std::string& name, int B, int T, long long P, int T_out, bool det, long long window,
-                        double bytes, double flops) {
+                        double bytes, double flops, KernelPath path = KernelPath::automatic) {
     orthros::cuda::BatchLayout lay;
     for (int b = 0; b < B; ++b) {
       lay.q_lens.push_back(T);
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     Dev lse(size_t(B) * T * Hq * 4), lseo(std::max<size_t>(16, size_t(B) * T_out * Hq * 4));
     auto c = cfg_of(det);
     c.window = window;
+    c.kernel = path;
     orthros::cuda::AttentionBuffers buf;
     buf.q = q.p;
     buf.q_out = qo.p;
@@ -93,8 +95,8 @@ int main(int argc, char** argv) {
     buf.lse_out = static_cast<float*>(lseo.p);
     const double ms = median_ms([&] { orthros::cuda::attention_forward(c, lay, buf, nullptr); }, runs);
     char shape[160];
-    std::snprintf(shape, sizeof shape, "B=%d T=%d P=%lld T_out=%d w=%lld %s", B, T, P, T_out, window,
-                  det ? "det" : "fast");
+    std::snprintf(shape, sizeof shape, "B=%d T=%d P=%lld T_out=%d w=%lld %s%s", B, T, P, T_out, window,
+                  det ? "det" : "fast", path == KernelPath::generic ? " generic" : "");
     rows.push_back({name, shape, ms, bytes, flops});
   };
   const double e = 2.0;  // bytes per bf16
@@ -104,16 +106,17 @@ int main(int argc, char** argv) {
     const double flops = 4.0 * D * Hq * (double(T) * W + T);
     for (bool det : {false, true})
       bench_call("prefill_T" + std::to_string(T / 1024) + "K", 1, T, 0, 1, det, W, bytes, flops);
-    // A/B: the fast mode with the opt-in sliding-window base-stream kernel.
-    setenv("ORTHROS_CUDA_SLIDE", "1", 1);
-    bench_call("prefill_T" + std::to_string(T / 1024) + "K_slide", 1, T, 0, 1, false, W, bytes, flops);
-    unsetenv("ORTHROS_CUDA_SLIDE");
+    // A/B: the generic (mma.sync) kernels, the fallback on non-Hopper GPUs.
+    bench_call("prefill_T" + std::to_string(T / 1024) + "K_generic", 1, T, 0, 1, false, W, bytes, flops,
+               KernelPath::generic);
   }
   const long long L = 131072;
   for (int B : {1, 16}) {
     const double bytes = e * 2.0 * B * double(L) * Hkv * D;  // K/V bytes of the cache
     for (bool det : {false, true})
       bench_call("decode_pair_128K_B" + std::to_string(B), B, 1, L - 1, 1, det, W, bytes, 4.0 * D * Hq * B * (L + W));
+    bench_call("decode_pair_128K_B" + std::to_string(B) + "_generic", B, 1, L - 1, 1, false, W, bytes,
+               4.0 * D * Hq * B * (L + W), KernelPath::generic);
     // Proxy for one full-attention decode query: the same call with w = 1 (base query reads one key).
     bench_call("decode_fullonly_128K_B" + std::to_string(B), B, 1, L - 1, 1, false, 1, bytes, 4.0 * D * Hq * B * L);
   }
@@ -122,9 +125,8 @@ int main(int argc, char** argv) {
     const double bytes = e * (3.0 * T * Hq * D + 2.0 * T * Hkv * D);
     for (bool det : {false, true})
       bench_call("pt_T" + std::to_string(T / 1024) + "K", 1, T, 0, T, det, W, bytes, flops);
-    setenv("ORTHROS_CUDA_SLIDE", "1", 1);
-    bench_call("pt_T" + std::to_string(T / 1024) + "K_slide", 1, T, 0, T, false, W, bytes, flops);
-    unsetenv("ORTHROS_CUDA_SLIDE");
+    bench_call("pt_T" + std::to_string(T / 1024) + "K_generic", 1, T, 0, T, false, W, bytes, flops,
+               KernelPath::generic);
   }
 
   std::printf("\n%-26s %-44s %10s %10s %8s %9s\n", "benchmark", "shape", "median_ms", "GB/s", "%copy", "TFLOP/s");

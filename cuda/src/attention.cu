@@ -1,4 +1,5 @@
 // Host side of the Orthros attention operator: validation, regime planning, launches.
+#include "attention_hopper.hpp"
 #include "attention_kernels.cuh"
 
 #include <algorithm>
@@ -43,6 +44,8 @@ int device_sm_count() {
   return n;
 }
 
+bool hopper_kernels_available() { return detail::hopper_kernel_available(); }
+
 namespace detail {
 void validate_config(const AttentionConfig& c) {
   require(c.num_q_heads >= 1, "num_q_heads (H_q) must be >= 1 (got ", c.num_q_heads, ")");
@@ -54,6 +57,10 @@ void validate_config(const AttentionConfig& c) {
   require(c.window >= 1, "window must be >= 1 (got ", c.window, "); w = 1 means a token sees only itself");
   if (c.scale) require(std::isfinite(*c.scale), "scale must be finite (got ", *c.scale, ")");
   require(c.num_splits >= 0, "num_splits must be >= 0 (0 = automatic; got ", c.num_splits, ")");
+  if (c.kernel == KernelPath::hopper)
+    require(c.dtype != DType::f32 && (c.head_dim == 64 || c.head_dim == 128),
+            "kernel = hopper needs dtype bf16/f16 and head_dim 64 or 128 (got ", dtype_name(c.dtype), ", D = ",
+            c.head_dim, ")");
 }
 
 void validate_batch(const BatchLayout& b) {
@@ -79,6 +86,7 @@ using namespace detail;
 
 
 struct Plan {
+  bool hopper;  // warp-specialized wgmma kernel (attention_hopper.cu); nw = consumer warpgroups
   bool mma;
   int nw;       // warps per CTA (mma kernel)
   int bm, bn;   // rows per CTA, keys per tile
@@ -98,7 +106,15 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
     max_tok = std::max({max_tok, b.q_lens[i], b.out_lens[i]});
     max_cache = std::max(max_cache, b.cache_lens[i]);
   }
-  if (p.mma) {
+  if (c.kernel == KernelPath::hopper)
+    require(hopper_kernel_available(), "kernel = hopper needs a compute capability 9.0 GPU (H100/H200, sm_90a)");
+  p.hopper = p.mma && c.kernel != KernelPath::generic && hopper_kernel_available();
+  if (p.hopper) {
+    // One consumer warpgroup (64 rows) when every sequence has <= 64 rows (decode), else two.
+    p.nw = (std::int64_t(max_tok) * group <= 64) ? 1 : 2;
+    p.bm = hopper_block_rows(p.nw);
+    p.bn = 64;
+  } else if (p.mma) {
     p.nw = (std::int64_t(max_tok) * group <= 16) ? 1 : 4;
     p.bm = 16 * p.nw * ((p.nw == 4 && !c.deterministic) ? 2 : 1);  // must match launch_mma_variant
     p.bn = 64;
@@ -116,7 +132,7 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
     // Opt-in (ORTHROS_CUDA_SLIDE set): correct (passes verify/gpu) but measured SLOWER on the
     // H200 than the generic kernel (prefill 32K: 0.80 vs 0.68 ms; 192 KB of shared memory leave
     // one 4-warp CTA per SM), so the default path does not use it.
-    p.slide = p.mma && !c.deterministic && p.nw == 4 && tiles <= kSlideSlots &&
+    p.slide = p.mma && !p.hopper && !c.deterministic && p.nw == 4 && tiles <= kSlideSlots &&
               std::getenv("ORTHROS_CUDA_SLIDE") != nullptr;
   }
   std::int64_t out_ctas = 0;
@@ -305,7 +321,11 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
     const long long gx = static_cast<long long>(max_out_blocks) * pl.nsplit + max_base_blocks;
     if (gx == 0) continue;
     require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
-    launch_main<T>(pl, c.deterministic, D, kp, dim3(static_cast<unsigned>(gx), c.num_kv_heads, ns), stream);
+    if (pl.hopper)
+      launch_hopper_forward(c.dtype, D, pl.nw, c.deterministic, kp,
+                            HopperGeometry{b.batch() * buf.capacity, b.total_q(), b.total_out()}, gx, stream);
+    else
+      launch_main<T>(pl, c.deterministic, D, kp, dim3(static_cast<unsigned>(gx), c.num_kv_heads, ns), stream);
   }
   if (pl.nsplit > 1) launch_merge<T>(kp, b.total_out() * c.num_q_heads, stream);
 }

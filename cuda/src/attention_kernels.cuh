@@ -83,6 +83,142 @@ __device__ __forceinline__ float* partial_ptr(const KernelParams& p, const SeqDe
   return p.partial + ((size_t)((size_t)(sd.out_off + i) * p.Hq + head) * p.nsplit + sp) * (size_t)(p.D + 2);
 }
 
+/// One 16-row block's step of the online softmax over a KV tile (log2 domain), shared by the
+/// mma.sync and the wgmma kernels so their per-row arithmetic is the same source: scale the scores
+/// s (m16n8 C layout, NT 8-key groups; this thread's rows g and g+8 are h = 0, 1), mask keys
+/// outside [lo[h], hi[h]] (skipped when `full`: every row of the warp sees the whole tile), update
+/// the running max m and sum l, rescale the output accumulator o and leave P = exp2(s - m) in s.
+/// `kbase` is the key index of column 2c of group 0. A tile outside a row's range is an exact
+/// no-op on that row's state (alpha = 1, p = 0).
+template <int NT, int DT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&o)[DT][4],
+                                                    const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
+                                                    float scale_log2) {
+  float mx[2] = {kNegInf, kNegInf};
+  if (full) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = __fmul_rn(s[j][e], scale_log2);
+        s[j][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, n = kbase + j * 8 + (e & 1);
+        float v = __fmul_rn(s[j][e], scale_log2);
+        if (n < lo[h] || n > hi[h]) v = kNegInf;
+        s[j][e] = v;
+        mx[h] = fmaxf(mx[h], v);
+      }
+  }
+  float muse[2], alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float mn = fmaxf(m[h], mx[h]);
+    muse[h] = mn == kNegInf ? 0.f : mn;
+    alpha[h] = fast_exp2(__fsub_rn(m[h], muse[h]));
+    m[h] = mn;
+  }
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = fast_exp2(__fsub_rn(s[j][e], muse[e >> 1]));
+      s[j][e] = pe;
+      rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
+#pragma unroll
+  for (int j = 0; j < DT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = __fmul_rn(o[j][e], alpha[e >> 1]);
+}
+
+/// Sum over the 4 threads of a quad (the columns of one accumulator row), fixed order.
+__device__ __forceinline__ float quad_sum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+
+/// Deterministic mode: merges one 16-row block's chunk state (m, l, o; l is this thread's partial
+/// row sum) into its running state (rm, rl, ro) with merge_coeffs/merge_val, and resets the chunk.
+/// `ro(j, e)` is the running output element j, e (RegAcc: registers; the Hopper kernel keeps it in
+/// shared memory to save 64 registers per thread at D = 128).
+template <int DT>
+struct RegAcc {
+  float (&a)[DT][4];
+  __device__ float& operator()(int j, int e) const { return a[j][e]; }
+};
+template <int DT, typename Acc>
+__device__ __forceinline__ void flush_chunk_tile(float (&m)[2], float (&l)[2], float (&o)[DT][4], float (&rm)[2],
+                                                 float (&rl)[2], const Acc& ro) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lf = quad_sum(l[h]);
+    const MergeCoeffs cf = merge_coeffs(rm[h], m[h]);
+    rl[h] = merge_val(rl[h], lf, cf);
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
+      ro(j, 2 * h) = merge_val(ro(j, 2 * h), o[j][2 * h], cf);
+      ro(j, 2 * h + 1) = merge_val(ro(j, 2 * h + 1), o[j][2 * h + 1], cf);
+      o[j][2 * h] = 0.f;
+      o[j][2 * h + 1] = 0.f;
+    }
+    rm[h] = cf.m;
+    m[h] = kNegInf;
+    l[h] = 0.f;
+  }
+}
+
+/// Writes one 16-row block's result: row0 is its first row (rows row0 + g, row0 + g + 8 of this
+/// thread; rv: row exists). Split-KV: the unnormalized state (m, quad-summed l, o) of split w.sp;
+/// otherwise o / l in T and the LSE. `l_final` true: l is already the row total (det running state).
+template <typename T, int DT>
+__device__ __forceinline__ void store_tile_rows(const KernelParams& p, const SeqDesc& sd, const Work& w, int kvh,
+                                                int row0, const bool (&rv)[2], const float (&m)[2], const float (&l)[2],
+                                                const float (&o)[DT][4], bool l_final) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, D = DT * 8;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lf = l_final ? l[h] : quad_sum(l[h]);
+    if (!rv[h]) continue;
+    const int r = row0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+    if (w.split) {
+      float* dst = partial_ptr(p, sd, i, head, w.sp);
+      if (c == 0) {
+        dst[0] = m[h];
+        dst[1] = lf;
+      }
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        dst[2 + j * 8 + 2 * c] = o[j][2 * h];
+        dst[2 + j * 8 + 2 * c + 1] = o[j][2 * h + 1];
+      }
+      continue;
+    }
+    const int qoff = w.is_out ? sd.out_off : sd.q_off;
+    T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + ((size_t)(qoff + i) * p.Hq + head) * D;
+    float* lptr = w.is_out ? p.lse_out : p.lse;
+    const float inv = __frcp_rn(lf);
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
+      const uint32_t v = Mma<T>::pack(__fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));
+      *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
+    }
+    if (c == 0 && lptr) lptr[(size_t)(qoff + i) * p.Hq + head] = state_lse(m[h], lf);
+  }
+}
+
 // ---- tensor-core kernel ---------------------------------------------------------------------
 // NW warps per CTA, each warp MT m16 tiles (16*MT rows); KV tiles of 64 keys in a STAGES-deep
 // cp.async ring. MT = 2 halves the shared-memory reads of K/V per mma (the B fragments serve two
@@ -180,32 +316,11 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
   uint32_t qf[QREG ? D / 16 : 1][4];
   int cur_chunk = -1;
 
-  auto quad_sum = [&](float x) {
-    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
-    return x;
-  };
   // Merge the chunk state (m, l, oacc) into the running state and reset it (deterministic mode).
   auto flush = [&]() {
     if constexpr (DET) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float lf = quad_sum(l[mt][h]);
-          const MergeCoeffs cf = merge_coeffs(rm[mt][h], m[mt][h]);
-          rl[mt][h] = merge_val(rl[mt][h], lf, cf);
-#pragma unroll
-          for (int j = 0; j < DT; ++j) {
-            racc[mt][j][2 * h] = merge_val(racc[mt][j][2 * h], oacc[mt][j][2 * h], cf);
-            racc[mt][j][2 * h + 1] = merge_val(racc[mt][j][2 * h + 1], oacc[mt][j][2 * h + 1], cf);
-            oacc[mt][j][2 * h] = 0.f;
-            oacc[mt][j][2 * h + 1] = 0.f;
-          }
-          rm[mt][h] = cf.m;
-          m[mt][h] = kNegInf;
-          l[mt][h] = 0.f;
-        }
+      for (int mt = 0; mt < MT; ++mt) flush_chunk_tile(m[mt], l[mt], oacc[mt], rm[mt], rl[mt], RegAcc<DT>{racc[mt]});
     }
   };
 
@@ -276,55 +391,7 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
         for (int h = 0; h < 2; ++h) full = full && lo[mt][h] <= tt * BN && hi[mt][h] >= tt * BN + BN - 1;
       full = __all_sync(0xffffffffu, full);
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float mx[2] = {kNegInf, kNegInf};
-        if (full) {
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float v = __fmul_rn(s[mt][j][e], p.scale_log2);
-              s[mt][j][e] = v;
-              mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-        } else {
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e >> 1, n = kbase + j * 8 + (e & 1);
-              float v = __fmul_rn(s[mt][j][e], p.scale_log2);
-              if (n < lo[mt][h] || n > hi[mt][h]) v = kNegInf;
-              s[mt][j][e] = v;
-              mx[h] = fmaxf(mx[h], v);
-            }
-        }
-        float muse[2], alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          const float mn = fmaxf(m[mt][h], mx[h]);
-          muse[h] = mn == kNegInf ? 0.f : mn;
-          alpha[h] = fast_exp2(__fsub_rn(m[mt][h], muse[h]));
-          m[mt][h] = mn;
-        }
-        float rs[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float pe = fast_exp2(__fsub_rn(s[mt][j][e], muse[e >> 1]));
-            s[mt][j][e] = pe;
-            rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
-          }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l[mt][h] = __fadd_rn(__fmul_rn(l[mt][h], alpha[h]), rs[h]);
-#pragma unroll
-        for (int j = 0; j < DT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) oacc[mt][j][e] = __fmul_rn(oacc[mt][j][e], alpha[e >> 1]);
-      }
+      for (int mt = 0; mt < MT; ++mt) online_softmax_tile(s[mt], m[mt], l[mt], oacc[mt], lo[mt], hi[mt], kbase, full, p.scale_log2);
       // O += P V
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -352,70 +419,16 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
   cp_async_wait<0>();
   if (!wactive) return;
 
-  const int Hq = p.Hq;
-  if (w.split) {  // write this split's state for the merge kernel
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float lf = quad_sum(l[mt][h]);
-        if (!rv[mt][h]) continue;
-        const int r = wr0 + mt * 16 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
-        float* dst = partial_ptr(p, sd, i, head, w.sp);
-        if (c == 0) {
-          dst[0] = m[mt][h];
-          dst[1] = lf;
-        }
-#pragma unroll
-        for (int j = 0; j < DT; ++j) {
-          dst[2 + j * 8 + 2 * c] = oacc[mt][j][2 * h];
-          dst[2 + j * 8 + 2 * c + 1] = oacc[mt][j][2 * h + 1];
-        }
-      }
-    return;
-  }
-  float fm[MT][2], fl[MT][2];
   if constexpr (DET) {
-    flush();
+    if (!w.split) {
+      flush();
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        fm[mt][h] = rm[mt][h];
-        fl[mt][h] = rl[mt][h];
-      }
-#pragma unroll
-      for (int j = 0; j < DT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) oacc[mt][j][e] = racc[mt][j][e];
+      for (int mt = 0; mt < MT; ++mt) store_tile_rows<T, DT>(p, sd, w, kvh, wr0 + mt * 16, rv[mt], rm[mt], rl[mt], racc[mt], true);
+      return;
     }
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        fm[mt][h] = m[mt][h];
-        fl[mt][h] = quad_sum(l[mt][h]);
-      }
   }
-  T* optr = static_cast<T*>(w.is_out ? p.o_out : p.o);
-  float* lptr = w.is_out ? p.lse_out : p.lse;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!rv[mt][h]) continue;
-      const int r = wr0 + mt * 16 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
-      const float inv = __frcp_rn(fl[mt][h]);
-      T* dst = optr + ((size_t)(qoff + i) * Hq + head) * D;
-#pragma unroll
-      for (int j = 0; j < DT; ++j) {
-        const uint32_t v =
-            Mma<T>::pack(__fmul_rn(oacc[mt][j][2 * h], inv), __fmul_rn(oacc[mt][j][2 * h + 1], inv));
-        *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
-      }
-      if (c == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm[mt][h], fl[mt][h]);
-    }
+  for (int mt = 0; mt < MT; ++mt) store_tile_rows<T, DT>(p, sd, w, kvh, wr0 + mt * 16, rv[mt], m[mt], l[mt], oacc[mt], false);
 }
 
 // ---- sliding-window base-stream kernel (fast mode) ------------------------------------------
@@ -531,43 +544,7 @@ __global__ void __launch_bounds__(128, 1) swa_slide_kernel(const __grid_constant
             Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
           }
         }
-        const int kbase = tt * BN + 2 * c;
-        float mx[2] = {kNegInf, kNegInf};
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1, n = kbase + j * 8 + (e & 1);
-            float v = __fmul_rn(s[j][e], p.scale_log2);
-            if (n < lo[h] || n > hi[h]) v = kNegInf;
-            s[j][e] = v;
-            mx[h] = fmaxf(mx[h], v);
-          }
-        float muse[2], alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          const float mn = fmaxf(m[h], mx[h]);
-          muse[h] = mn == kNegInf ? 0.f : mn;
-          alpha[h] = fast_exp2(__fsub_rn(m[h], muse[h]));
-          m[h] = mn;
-        }
-        float rs[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float pe = fast_exp2(__fsub_rn(s[j][e], muse[e >> 1]));
-            s[j][e] = pe;
-            rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
-          }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
-#pragma unroll
-        for (int j = 0; j < DT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) oacc[j][e] = __fmul_rn(oacc[j][e], alpha[e >> 1]);
+        online_softmax_tile(s, m, l, oacc, lo, hi, tt * BN + 2 * c, false, p.scale_log2);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
           uint32_t a[4];
@@ -584,22 +561,7 @@ __global__ void __launch_bounds__(128, 1) swa_slide_kernel(const __grid_constant
           }
         }
       }
-      T* optr = static_cast<T*>(p.o);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float lf = __fadd_rn(l[h], __shfl_xor_sync(0xffffffffu, l[h], 1));
-        lf = __fadd_rn(lf, __shfl_xor_sync(0xffffffffu, lf, 2));
-        if (!rv[h]) continue;
-        const int r = wr0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
-        const float inv = __frcp_rn(lf);
-        T* dst = optr + ((size_t)(qoff + i) * p.Hq + head) * D;
-#pragma unroll
-        for (int j = 0; j < DT; ++j) {
-          const uint32_t v = Mma<T>::pack(__fmul_rn(oacc[j][2 * h], inv), __fmul_rn(oacc[j][2 * h + 1], inv));
-          *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
-        }
-        if (c == 0 && p.lse) p.lse[(size_t)(qoff + i) * p.Hq + head] = state_lse(m[h], lf);
-      }
+      store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
     }
     __syncthreads();  // everyone is done with this block's Q buffer and with tiles the next prefetch may reuse
   }

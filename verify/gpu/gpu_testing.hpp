@@ -8,6 +8,7 @@
 #include "orthros/cuda/attention.hpp"
 #include "orthros/tensor.hpp"
 
+#include <cstdlib>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -82,12 +83,25 @@ struct SeqOut {
   Mat<float> lse, lse_out;
 };
 
+/// Kernel family under test: ORTHROS_TEST_KERNEL = generic | hopper | automatic (unset:
+/// automatic). ctest runs test_attention_gpu once as is and once with generic (suffix .generic),
+/// so on a Hopper GPU both the wgmma kernel and the fallback are tested.
+inline cuda::KernelPath test_kernel_path() {
+  const char* e = std::getenv("ORTHROS_TEST_KERNEL");
+  const std::string v = e ? e : "";
+  if (v == "generic") return cuda::KernelPath::generic;
+  if (v == "hopper") return cuda::KernelPath::hopper;
+  if (v.empty() || v == "automatic") return cuda::KernelPath::automatic;
+  throw std::runtime_error("ORTHROS_TEST_KERNEL must be generic, hopper or automatic (got '" + v + "')");
+}
+
 /// Runs attention_forward on a ragged batch (each sequence's cache holds its own k/v rows; the
 /// capacity has `slack` extra rows poisoned with NaN, which the kernels must never read).
 /// Every output buffer is poisoned with NaN before the launch.
 template <typename S>
 std::vector<SeqOut<S>> run_gpu(const std::vector<SeqIn<S>>& seqs, const AttentionDims& dims, cuda::AttentionConfig cfg,
                                Eigen::Index slack = 37) {
+  if (cfg.kernel == cuda::KernelPath::automatic) cfg.kernel = test_kernel_path();
   cfg.dtype = dtype_of<S>();
   cfg.num_q_heads = dims.num_q_heads;
   cfg.num_kv_heads = dims.num_kv_heads;

@@ -476,6 +476,46 @@ TEST(GpuAttention, RaggedBatchOver48Sequences) {
   }
 }
 
+// ---- the Hopper wgmma kernel against the generic mma.sync kernel --------------------------------
+// Both are checked against the oracle by every test above (ctest runs the suite per family); here
+// the two families run the same calls side by side. They share the per-row arithmetic source
+// (online_softmax_tile, flush_chunk_tile, store_tile_rows) and the tile order, so they differ
+// only if the tensor cores' wgmma and mma.sync sums round differently; the test reports the
+// count of differing elements and requires SPEC §6 of each against the oracle.
+template <typename S>
+void hopper_vs_generic(const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out, std::int64_t w,
+                       bool det, std::uint64_t seed) {
+  SCOPED_TRACE(describe(d, T, P, T_out, w, det, 0, seed));
+  Rng rng(seed);
+  const auto in = make_case<S>(rng, d, T, P, T_out);
+  cuda::AttentionConfig cfg;
+  cfg.window = w;
+  cfg.deterministic = det;
+  cfg.kernel = cuda::KernelPath::hopper;
+  const auto h = run_gpu1(in, d, cfg);
+  cfg.kernel = cuda::KernelPath::generic;
+  const auto g = run_gpu1(in, d, cfg);
+  AttentionOptions opt;
+  opt.window = w;
+  for (const auto* r : {&h, &g}) {
+    const auto oc = check_vs_oracle<S>(in, *r, d, opt);
+    EXPECT_TRUE(oc.pass) << (r == &h ? "hopper" : "generic") << "\n" << oc.report;
+  }
+  const std::string diff = bitwise<S>(h.o, g.o, "o") + bitwise<S>(h.o_out, g.o_out, "o_out") +
+                           bitwise<float>(h.lse, g.lse, "lse") + bitwise<float>(h.lse_out, g.lse_out, "lse_out");
+  std::printf("hopper vs generic %s: %s\n", describe(d, T, P, T_out, w, det, 0, seed).c_str(),
+              diff.empty() ? "bitwise equal" : diff.c_str());
+}
+TEST(GpuAttention, HopperMatchesGeneric) {
+  ORTHROS_REQUIRE_GPU();
+  if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";
+  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 700, 0, 700, 128, false, 41);  // PT
+  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 700, 0, 700, 128, true, 42);
+  hopper_vs_generic<Eigen::half>(AttentionDims{7, 1, 64}, 333, 50, 1, 40, false, 43);  // prefill, GQA 7
+  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 1, 128}, 1, 3000, 1, 128, true, 44);  // decode
+  hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 200, 0, 50, 1LL << 40, true, 45);  // SFT, full window
+}
+
 // ---- argument validation (host only: runs with or without a GPU) -------------------------------
 TEST(GpuAttentionArgs, BadArgumentsThrowBeforeLaunch) {
   cuda::AttentionConfig c;
@@ -505,6 +545,10 @@ TEST(GpuAttentionArgs, BadArgumentsThrowBeforeLaunch) {
   c2 = c;
   c2.scale = std::nan("");
   expect_err(c2, lay, b, "scale");
+  c2 = c;
+  c2.kernel = cuda::KernelPath::hopper;
+  c2.dtype = cuda::DType::f32;
+  expect_err(c2, lay, b, "kernel = hopper needs dtype bf16/f16");
   expect_err(c, cuda::BatchLayout::single(4, 0, 5), b, "T_out");
   expect_err(c, cuda::BatchLayout{{4}, {1}, {3}}, b, "cache_lens");
   b.capacity = 2;

@@ -54,6 +54,13 @@ int dtype_size(DType t);
 /// [16, 256]. bf16/f16 with D = 64 or 128 run on tensor cores (mma.sync m16n8k16, fp32
 /// accumulate); every other supported case (f32, other D) runs on a SIMT kernel with fp32
 /// arithmetic.
+/// Which forward kernel family runs a call (docs/cuda.md, "Kernels").
+enum class KernelPath {
+  automatic,  ///< the Hopper wgmma kernel where it applies (sm_90, bf16/f16, D 64/128), else generic
+  hopper,     ///< the Hopper wgmma kernel; orthros::Error if the device or config has none
+  generic,    ///< the mma.sync / SIMT kernels (any sm_80+ GPU, every dtype and D); for A/B tests
+};
+
 struct AttentionConfig {
   DType dtype = DType::bf16;    ///< element type of q, k, v, q_out, o, o_out
   int num_q_heads = 0;          ///< H_q
@@ -71,6 +78,9 @@ struct AttentionConfig {
   /// unsplit grid would leave the GPU idle), n >= 1 = exactly n splits. Ignored when
   /// deterministic (splits are then the fixed chunks).
   int num_splits = 0;
+  /// Kernel family (the result is within SPEC §6 on every path; see docs/cuda.md for when the
+  /// paths agree bitwise).
+  KernelPath kernel = KernelPath::automatic;
 };
 
 /// Keys per chunk of the deterministic mode (a multiple of every kernel's KV tile).
@@ -153,5 +163,10 @@ void rope_append_kv(DType dtype, const BatchLayout& batch, int num_q_heads, int 
 
 /// Number of streaming multiprocessors of the current device (cached), for split heuristics.
 int device_sm_count();
+
+/// True when the current device runs the Hopper wgmma kernel (compute capability 9.0: the code is
+/// built for sm_90a), i.e. when KernelPath::automatic picks it for bf16/f16 with D = 64/128.
+/// \throws CudaError when no device is usable.
+bool hopper_kernels_available();
 
 }  // namespace orthros::cuda

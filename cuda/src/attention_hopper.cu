@@ -1,0 +1,403 @@
+// Hopper forward kernel of the Orthros attention operator (sm_90a): warp-specialized, wgmma.
+//
+// One CTA = NWG consumer warpgroups (64 query rows each) + one producer warp, persistent over the
+// work items of the launch (the same items, rows and tile ranges as the mma.sync kernel:
+// make_work_at, BM = 64 * NWG, BN = 64 keys). Per item:
+//   producer warp: loads the item's Q rows (one buffer, guarded by q_full/q_empty) and its K/V
+//     tiles into a STAGES-deep ring (full/empty mbarriers), running ahead into the next item while
+//     the consumers finish the current one. TMA (one instruction per 64x64 box, 128-byte swizzle)
+//     for every K/V tile that lies inside the sequence's cache_len and for Q when the GQA group
+//     divides 64 (a box of whole tokens x the group's heads); cp.async with zero-fill otherwise:
+//     the last, partial tile must read zeros past cache_len (the cache slack may hold anything,
+//     even NaN, and P = 0 times NaN would poison O), and Q blocks of other groups do not start
+//     on a token.
+//   consumer warpgroup: S = Q K^T by wgmma (both operands in shared memory), the online softmax
+//     in registers (online_softmax_tile: the mma.sync kernel's per-row arithmetic, same source),
+//     O += P V by wgmma with P from registers and V transposed from shared memory.
+// Per row the result depends only on its own key range and the absolute 64-key tile boundaries
+// (tiles outside a row's range are exact no-ops), so the deterministic mode's contract holds.
+//
+// Tile sizes: BN = 64 keys keeps the window stream's tiles per row block low (a w = 128 window of
+// a 128-row block touches 3-4 tiles) and equals the mma.sync kernel's tiles (the deterministic
+// chunk is 16 tiles in both). NWG = 2 (128 rows) for PT/SFT/prefill; NWG = 1 for launches whose
+// sequences have <= 64 rows (decode), which are memory-bound. STAGES: enough K/V in flight to
+// cover the load latency at one CTA per SM (NWG = 2) / two CTAs per SM (NWG = 1).
+#include "attention_hopper.hpp"
+#include "attention_kernels.cuh"
+#include "hopper_primitives.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace orthros::cuda::detail {
+
+template <typename T, int D, int NWG, bool DET>
+struct HopperTiles {
+  static constexpr int BM = 64 * NWG, BN = 64, CH = D / 8;
+  static constexpr int STAGES = NWG == 1 ? 3 : 4;
+  static constexpr int kThreads = NWG * 128 + 32;
+  static constexpr int kTile = 64 * D;  // elements of one [64][D] tile
+  static constexpr int kBarriers = 2 * STAGES + 2;
+  static constexpr int kDetBytes = DET ? NWG * 128 * D / 2 * 4 : 0;  // deterministic running output, fp32
+  static constexpr int kSmemBytes =
+      (NWG + 2 * STAGES) * kTile * static_cast<int>(sizeof(T)) + kDetBytes + kBarriers * 8 + 1024;  // +1024: alignment
+};
+
+/// Deterministic running output of one consumer thread in shared memory: element (j, e) of
+/// thread t at [(j * 4 + e) * stride + t] (consecutive threads, consecutive banks).
+struct SmemAcc {
+  float* p;
+  int stride;
+  __device__ float& operator()(int j, int e) const { return p[(j * 4 + e) * stride]; }
+};
+
+/// Kernel parameters: the generic kernels' parameters plus the TMA descriptors.
+struct HopperParams {
+  KernelParams p;
+  CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
+  CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
+  int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
+};
+
+template <typename T, int D, int NWG, bool DET>
+__global__ void __launch_bounds__(NWG * 128 + 32, 1)
+    hopper_attn_kernel(const __grid_constant__ HopperParams hp, int gx, long long nitems) {
+  using C = HopperTiles<T, D, NWG, DET>;
+  const KernelParams& p = hp.p;
+  constexpr int BM = C::BM, BN = C::BN, CH = C::CH, STAGES = C::STAGES, NT = BN / 8, DT = D / 8;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* base =
+      smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
+  T* sQ = reinterpret_cast<T*>(base);  // [D/64][BM][64] (column blocks of the whole row block)
+  T* sK = sQ + NWG * C::kTile;         // [STAGES][64][D]
+  T* sV = sK + STAGES * C::kTile;      // [STAGES][64][D]
+  float* sRun = reinterpret_cast<float*>(sV + STAGES * C::kTile);  // [D/2][NWG*128] (DET)
+  uint64_t* full = reinterpret_cast<uint64_t*>(sRun + C::kDetBytes / 4);
+  uint64_t* empty = full + STAGES;
+  uint64_t* q_full = empty + STAGES;
+  uint64_t* q_empty = q_full + 1;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);  // the producer's one arrival (+ TMA bytes or cp.async arrivals)
+      mbar_init(&empty[s], NWG * 128);
+    }
+    mbar_init(q_full, 1);
+    mbar_init(q_empty, NWG * 128);
+  }
+  __syncthreads();
+
+  // Snake order over the items: even rounds left to right, odd rounds right to left, so CTAs
+  // that drew long causal blocks in one round draw short ones in the next.
+  auto item_at = [&](long long round) -> long long {
+    const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return round * gridDim.x + pos;
+  };
+  const size_t kv_row = (size_t)p.Hkv * D;
+
+  if (warp == NWG * 4) {
+    // ---------------- producer warp ----------------
+    uint32_t ring = 0, qn = 0;
+    for (long long round = 0;; ++round) {
+      const long long item = item_at(round);
+      if (item >= nitems) break;
+      const int x = static_cast<int>(item % gx);
+      const int kvh = static_cast<int>((item / gx) % p.Hkv), z = static_cast<int>(item / gx / p.Hkv);
+      const SeqDesc& sd = p.seq[z];
+      const Work w = make_work_at<BM, BN>(p, sd, x);
+      if (!w.valid) continue;
+      const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
+      const int qoff = w.is_out ? sd.out_off : sd.q_off;
+      const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+      mbar_wait(q_empty, (qn & 1) ^ 1);
+      if (hp.tma_q) {
+        if (lane == 0) {
+          mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
+          const void* map = w.is_out ? &hp.tm_qo : &hp.tm_q;
+#pragma unroll
+          for (int cb = 0; cb < D / 64; ++cb)
+            tma_load_3d(sQ + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + r0 / p.group, q_full);
+        }
+      } else {
+        for (int idx = lane; idx < BM * CH; idx += 32) {
+          const int row = idx / CH, ch = idx % CH, r = r0 + row;
+          const bool ok = r <= r1;
+          const T* src =
+              ok ? qsrc + ((size_t)(qoff + r / p.group) * p.Hq + kvh * p.group + r % p.group) * D + ch * 8 : qsrc;
+          cp_async16(sQ + sw128<BM>(row, ch), src, ok);
+        }
+        mbar_arrive_cp_async(q_full);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(q_full);
+      }
+      ++qn;
+      const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
+      const T* vg = static_cast<const T*>(p.v) + sd.kv_base + (size_t)kvh * D;
+      const int kv_row0 = static_cast<int>(sd.kv_base / (long long)kv_row);  // the sequence's first cache row
+      for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
+        const int s = ring % STAGES;
+        mbar_wait(&empty[s], ((ring / STAGES) & 1) ^ 1);
+        T* dk = sK + s * C::kTile;
+        T* dv = sV + s * C::kTile;
+        if (hp.tma_kv && (long long)tt * BN + BN <= sd.cache_len) {
+          if (lane == 0) {
+            mbar_arrive_expect_tx(&full[s], 2 * BN * D * sizeof(T));
+            const int row = kv_row0 + tt * BN;
+#pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb) {
+              tma_load_2d(dk + cb * BN * 64, &hp.tm_k, kvh * D + cb * 64, row, &full[s]);
+              tma_load_2d(dv + cb * BN * 64, &hp.tm_v, kvh * D + cb * 64, row, &full[s]);
+            }
+          }
+        } else {
+          for (int idx = lane; idx < BN * CH; idx += 32) {
+            const int row = idx / CH, ch = idx % CH;
+            const long long n = (long long)tt * BN + row;
+            const bool ok = n < sd.cache_len;
+            const size_t off = ok ? (size_t)n * kv_row + ch * 8 : 0;
+            cp_async16(dk + sw128<64>(row, ch), kg + off, ok);
+            cp_async16(dv + sw128<64>(row, ch), vg + off, ok);
+          }
+          mbar_arrive_cp_async(&full[s]);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&full[s]);
+        }
+      }
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
+  const T* sQg = sQ + wg * 64 * 64;  // this warpgroup's rows in each column block
+  uint32_t ring = 0, qn = 0;
+  for (long long round = 0;; ++round) {
+    const long long item = item_at(round);
+    if (item >= nitems) break;
+    const int x = static_cast<int>(item % gx);
+    const int kvh = static_cast<int>((item / gx) % p.Hkv), z = static_cast<int>(item / gx / p.Hkv);
+    const SeqDesc& sd = p.seq[z];
+    const Work w = make_work_at<BM, BN>(p, sd, x);
+    if (!w.valid) continue;
+    const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+    const int gr0 = r0 + wg * 64, gr1 = min(r1, gr0 + 63);  // this warpgroup's rows
+    const bool gactive = gr0 <= r1;
+    const int gtb = gactive ? row_lo(p, w, gr0) / BN : 1, gte = gactive ? row_hi(p, w, gr1) / BN : 0;
+    const int wr0 = gr0 + wl * 16;  // this warp's rows
+    int lo[2], hi[2];
+    bool rv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wr0 + g + 8 * h;
+      rv[h] = r <= r1;
+      lo[h] = rv[h] ? row_lo(p, w, r) : 1;
+      hi[h] = rv[h] ? row_hi(p, w, r) : 0;
+    }
+    float oacc[DT][4], m[2], l[2], rm[2], rl[2];
+    const SmemAcc racc{sRun + tid, NWG * 128};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[h] = kNegInf;
+      l[h] = 0.f;
+      rm[h] = kNegInf;
+      rl[h] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < DT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
+    if constexpr (DET) {
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) racc(j, e) = 0.f;
+    }
+    int cur_chunk = -1;
+
+    mbar_wait(q_full, qn & 1);
+    fence_proxy_async();
+    for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
+      const int s = ring % STAGES;
+      mbar_wait(&full[s], (ring / STAGES) & 1);
+      if (gactive && tt >= gtb && tt <= gte) {
+        fence_proxy_async();
+        if constexpr (DET) {
+          if (!w.split) {
+            const int chunk = tt / p.chunk_tiles;
+            if (chunk != cur_chunk) {
+              if (cur_chunk >= 0) flush_chunk_tile(m, l, oacc, rm, rl, racc);
+              cur_chunk = chunk;
+            }
+          }
+        }
+        const T* kb = sK + s * C::kTile;
+        const T* vb = sV + s * C::kTile;
+        float sacc[NT][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const int koff = (kk & 3) * 16;  // k16 step: column block kk/4, 32 bytes into the row
+          wgmma_ss_m64n64k16<T>(sacc, desc_sw128(sQg + (kk >> 2) * (BM * 64) + koff, 16, 1024),
+                                desc_sw128(kb + (kk >> 2) * (BN * 64) + koff, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(sacc);
+        bool fullt = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
+        fullt = __all_sync(0xffffffffu, fullt);
+        online_softmax_tile(sacc, m, l, oacc, lo, hi, tt * BN + 2 * c, fullt, p.scale_log2);
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+          wgmma_rs_tb<T, D>(oacc, pa[kk], desc_sw128(vb + kk * 16 * 64, 64 * 128, 1024), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(oacc);
+      }
+      mbar_arrive(&empty[s]);
+    }
+    mbar_arrive(q_empty);
+    ++qn;
+    if (!gactive) continue;
+    if constexpr (DET) {
+      if (!w.split) {
+        flush_chunk_tile(m, l, oacc, rm, rl, racc);
+#pragma unroll
+        for (int j = 0; j < DT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) oacc[j][e] = racc(j, e);
+        store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, rm, rl, oacc, true);
+        continue;
+      }
+    }
+    store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
+  }
+}
+
+bool hopper_kernel_available() {
+  static std::mutex mu;
+  static std::map<int, bool> cache;
+  int dev = 0;
+  ORTHROS_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  int major = 0, minor = 0;
+  ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return cache[dev] = (major == 9 && minor == 0);
+}
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    ORTHROS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    require(f != nullptr && q == cudaDriverEntryPointSuccess, "the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+/// Row-major tensor of `rank` dims (dims[0] innermost, in elements; strides in bytes for dims 1..)
+/// read in boxes with the 128-byte swizzle, zeros outside the tensor.
+void encode(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+            const cuuint32_t* box, const char* what) {
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(map, dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                 rank, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw CudaError(::orthros::detail::cat("cuTensorMapEncodeTiled(", what, ") failed: CUresult ", int(r)));
+}
+
+HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo) {
+  HopperParams hp{};
+  hp.p = kp;
+  const int BM = hopper_block_rows(nwg);
+  // K/V: every cache row of the batch, [rows][H_kv * D]; int32 TMA coordinates.
+  hp.tma_kv = geo.kv_rows > 0 && geo.kv_rows < (1LL << 31);
+  if (hp.tma_kv) {
+    const cuuint64_t dims[2] = {cuuint64_t(kp.Hkv) * D, cuuint64_t(geo.kv_rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(kp.Hkv) * D * 2};
+    const cuuint32_t box[2] = {64, 64};
+    encode(&hp.tm_k, dt, kp.k, 2, dims, strides, box, "k_cache");
+    encode(&hp.tm_v, dt, kp.v, 2, dims, strides, box, "v_cache");
+  }
+  // Q: [tokens][H_q][D] in boxes of whole tokens (BM / group of them) x the group's heads.
+  hp.tma_q = 64 % kp.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
+  if (hp.tma_q) {
+    const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(kp.Hq) * D * 2};
+    const cuuint32_t box[3] = {64, cuuint32_t(kp.group), cuuint32_t(BM / kp.group)};
+    if (geo.total_q > 0) {
+      const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(kp.Hq), cuuint64_t(geo.total_q)};
+      encode(&hp.tm_q, dt, kp.q, 3, dims, strides, box, "q");
+    }
+    if (geo.total_out > 0) {
+      const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(kp.Hq), cuuint64_t(geo.total_out)};
+      encode(&hp.tm_qo, dt, kp.q_out, 3, dims, strides, box, "q_out");
+    }
+  }
+  return hp;
+}
+
+template <typename T, int D, int NWG, bool DET>
+void launch_variant(const HopperParams& hp, long long gx, cudaStream_t stream) {
+  using C = HopperTiles<T, D, NWG, DET>;
+  auto kernel = hopper_attn_kernel<T, D, NWG, DET>;
+  static int blocks_per_sm = 0;  // per instantiation; benign race (idempotent)
+  if (blocks_per_sm == 0) {
+    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    int n = 0;
+    ORTHROS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes));
+    require(n >= 1, "internal: the Hopper kernel does not fit on this GPU (", C::kSmemBytes, " bytes of shared memory)");
+    blocks_per_sm = n;
+  }
+  const long long nitems = gx * hp.p.Hkv * hp.p.nseq;
+  if (nitems == 0) return;
+  const long long grid = std::min<long long>(nitems, (long long)device_sm_count() * blocks_per_sm);
+  kernel<<<static_cast<unsigned>(grid), C::kThreads, C::kSmemBytes, stream>>>(hp, static_cast<int>(gx), nitems);
+  ORTHROS_CUDA_LAUNCH_CHECK("hopper_attn_kernel");
+}
+
+template <typename T, int D>
+void launch_d(int nwg, bool det, const HopperParams& hp, long long gx, cudaStream_t stream) {
+  if (nwg == 1) {
+    if (det) return launch_variant<T, D, 1, true>(hp, gx, stream);
+    return launch_variant<T, D, 1, false>(hp, gx, stream);
+  }
+  if (det) return launch_variant<T, D, 2, true>(hp, gx, stream);
+  return launch_variant<T, D, 2, false>(hp, gx, stream);
+}
+
+template <typename T>
+void launch_t(int D, int nwg, bool det, const HopperParams& hp, long long gx, cudaStream_t stream) {
+  if (D == 64) return launch_d<T, 64>(nwg, det, hp, gx, stream);
+  if (D == 128) return launch_d<T, 128>(nwg, det, hp, gx, stream);
+  throw Error(::orthros::detail::cat("internal: no Hopper kernel for head_dim ", D));
+}
+
+}  // namespace
+
+void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
+                           const HopperGeometry& geo, long long gx, cudaStream_t stream) {
+  require(nwg == 1 || nwg == 2, "internal: Hopper kernel warpgroups must be 1 or 2 (got ", nwg, ")");
+  require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
+  require(dtype != DType::f32 && (D == 64 || D == 128), "internal: no Hopper kernel for dtype ", dtype_name(dtype),
+          ", D = ", D);
+  const HopperParams hp = make_params(dtype, D, nwg, kp, geo);
+  if (dtype == DType::bf16) return launch_t<__nv_bfloat16>(D, nwg, deterministic, hp, gx, stream);
+  return launch_t<__half>(D, nwg, deterministic, hp, gx, stream);
+}
+
+}  // namespace orthros::cuda::detail
