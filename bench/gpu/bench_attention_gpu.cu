@@ -1,6 +1,6 @@
 // GPU benchmark of the Orthros attention kernels (issue 4): CUDA-event timing, median of N timed
 // runs after warm-up, plus a device-to-device copy bandwidth measured in the same process.
-// Usage: bench_attention_gpu [--runs N] [--json FILE] [--quick]
+// Usage: bench_attention_gpu [--runs N] [--json FILE] [--quick] [--only SUBSTRING]
 // Shapes: bf16, qwen3-8b attention (H_q=32, H_kv=8, D=128), w=128 (SPEC §7).
 #include "orthros/cuda/attention.hpp"
 
@@ -34,10 +34,12 @@ int main(int argc, char** argv) {
   int runs = 25;
   std::string json;
   bool quick = false;
+  std::string only;  // run only the rows whose name contains this (profiling one case)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
   }
   cudaDeviceProp prop;
   ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   using orthros::cuda::KernelPath;
   auto bench_call = [&](const std::string& name, int B, int T, long long P, int T_out, bool det, long long window,
                         double bytes, double flops, KernelPath path = KernelPath::automatic) {
+    if (!only.empty() && name.find(only) == std::string::npos) return;
     orthros::cuda::BatchLayout lay;
     for (int b = 0; b < B; ++b) {
       lay.q_lens.push_back(T);

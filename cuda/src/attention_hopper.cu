@@ -30,6 +30,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -38,13 +39,17 @@ namespace orthros::cuda::detail {
 template <typename T, int D, int NWG, bool DET>
 struct HopperTiles {
   static constexpr int BM = 64 * NWG, BN = 64, CH = D / 8;
-  static constexpr int STAGES = NWG == 1 ? 3 : 4;
+  // Fast mode: a 4-stage K/V ring and Q double-buffered (the next item's Q loads while this one
+  // runs: window items are only 3-4 tiles long). Deterministic mode: the fp32 running output of
+  // every row takes the room of the second Q buffer and two stages.
+  static constexpr int STAGES = DET ? 2 : 4;
+  static constexpr int QBUF = DET ? 1 : 2;
   static constexpr int kThreads = NWG * 128 + 32;
   static constexpr int kTile = 64 * D;  // elements of one [64][D] tile
-  static constexpr int kBarriers = 2 * STAGES + 2;
+  static constexpr int kBarriers = 2 * STAGES + 2 * QBUF;
   static constexpr int kDetBytes = DET ? NWG * 128 * D / 2 * 4 : 0;  // deterministic running output, fp32
   static constexpr int kSmemBytes =
-      (NWG + 2 * STAGES) * kTile * static_cast<int>(sizeof(T)) + kDetBytes + kBarriers * 8 + 1024;  // +1024: alignment
+      (QBUF * NWG + 2 * STAGES) * kTile * static_cast<int>(sizeof(T)) + kDetBytes + kBarriers * 8 + 1024;  // +1024: alignment
 };
 
 /// Deterministic running output of one consumer thread in shared memory: element (j, e) of
@@ -68,26 +73,28 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
     hopper_attn_kernel(const __grid_constant__ HopperParams hp, int gx, long long nitems) {
   using C = HopperTiles<T, D, NWG, DET>;
   const KernelParams& p = hp.p;
-  constexpr int BM = C::BM, BN = C::BN, CH = C::CH, STAGES = C::STAGES, NT = BN / 8, DT = D / 8;
+  constexpr int BM = C::BM, BN = C::BN, CH = C::CH, STAGES = C::STAGES, QBUF = C::QBUF, NT = BN / 8, DT = D / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* base =
       smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
-  T* sQ = reinterpret_cast<T*>(base);  // [D/64][BM][64] (column blocks of the whole row block)
-  T* sK = sQ + NWG * C::kTile;         // [STAGES][64][D]
+  T* sQ = reinterpret_cast<T*>(base);  // [QBUF][D/64][BM][64] (column blocks of the whole row block)
+  T* sK = sQ + QBUF * NWG * C::kTile;  // [STAGES][64][D]
   T* sV = sK + STAGES * C::kTile;      // [STAGES][64][D]
   float* sRun = reinterpret_cast<float*>(sV + STAGES * C::kTile);  // [D/2][NWG*128] (DET)
   uint64_t* full = reinterpret_cast<uint64_t*>(sRun + C::kDetBytes / 4);
   uint64_t* empty = full + STAGES;
   uint64_t* q_full = empty + STAGES;
-  uint64_t* q_empty = q_full + 1;
+  uint64_t* q_empty = q_full + QBUF;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);  // the producer's one arrival (+ TMA bytes or cp.async arrivals)
       mbar_init(&empty[s], NWG * 128);
     }
-    mbar_init(q_full, 1);
-    mbar_init(q_empty, NWG * 128);
+    for (int b = 0; b < QBUF; ++b) {
+      mbar_init(&q_full[b], 1);
+      mbar_init(&q_empty[b], NWG * 128);
+    }
   }
   __syncthreads();
 
@@ -113,14 +120,16 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
       const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
       const int qoff = w.is_out ? sd.out_off : sd.q_off;
       const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
-      mbar_wait(q_empty, (qn & 1) ^ 1);
+      const int qb = qn % QBUF;
+      T* dq = sQ + qb * NWG * C::kTile;
+      mbar_wait(&q_empty[qb], ((qn / QBUF) & 1) ^ 1);
       if (hp.tma_q) {
         if (lane == 0) {
-          mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
+          mbar_arrive_expect_tx(&q_full[qb], BM * D * sizeof(T));
           const void* map = w.is_out ? &hp.tm_qo : &hp.tm_q;
 #pragma unroll
           for (int cb = 0; cb < D / 64; ++cb)
-            tma_load_3d(sQ + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + r0 / p.group, q_full);
+            tma_load_3d(dq + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + r0 / p.group, &q_full[qb]);
         }
       } else {
         for (int idx = lane; idx < BM * CH; idx += 32) {
@@ -128,11 +137,11 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
           const bool ok = r <= r1;
           const T* src =
               ok ? qsrc + ((size_t)(qoff + r / p.group) * p.Hq + kvh * p.group + r % p.group) * D + ch * 8 : qsrc;
-          cp_async16(sQ + sw128<BM>(row, ch), src, ok);
+          cp_async16(dq + sw128<BM>(row, ch), src, ok);
         }
-        mbar_arrive_cp_async(q_full);
+        mbar_arrive_cp_async(&q_full[qb]);
         __syncwarp();
-        if (lane == 0) mbar_arrive(q_full);
+        if (lane == 0) mbar_arrive(&q_full[qb]);
       }
       ++qn;
       const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
@@ -174,7 +183,6 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
 
   // ---------------- consumer warpgroups ----------------
   const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
-  const T* sQg = sQ + wg * 64 * 64;  // this warpgroup's rows in each column block
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
     const long long item = item_at(round);
@@ -219,13 +227,16 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
     }
     int cur_chunk = -1;
 
-    mbar_wait(q_full, qn & 1);
-    fence_proxy_async();
+    const int qb = qn % QBUF;
+    const T* sQg = sQ + qb * NWG * C::kTile + wg * 64 * 64;  // this warpgroup's rows in each column block
+    mbar_wait(&q_full[qb], (qn / QBUF) & 1);
+    if (!hp.tma_q) fence_proxy_async();  // Q came through cp.async (generic proxy)
     for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
       const int s = ring % STAGES;
       mbar_wait(&full[s], (ring / STAGES) & 1);
       if (gactive && tt >= gtb && tt <= gte) {
-        fence_proxy_async();
+        // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
+        if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
         if constexpr (DET) {
           if (!w.split) {
             const int chunk = tt / p.chunk_tiles;
@@ -264,7 +275,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
       }
       mbar_arrive(&empty[s]);
     }
-    mbar_arrive(q_empty);
+    mbar_arrive(&q_empty[qb]);
     ++qn;
     if (!gactive) continue;
     if constexpr (DET) {
@@ -310,15 +321,48 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 }
 
 /// Row-major tensor of `rank` dims (dims[0] innermost, in elements; strides in bytes for dims 1..)
-/// read in boxes with the 128-byte swizzle, zeros outside the tensor.
+/// read in boxes with the 128-byte swizzle, zeros outside the tensor. Encoded maps are cached per
+/// thread (the last 16 distinct ones): a decode loop calls with the same buffers every step, and
+/// the encode would otherwise add host time to every call.
 void encode(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
             const cuuint32_t* box, const char* what) {
+  struct Key {
+    const void* ptr;
+    int dt, rank;
+    cuuint64_t dims[3], strides[2];
+    cuuint32_t box[3];
+    bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
+  };
+  struct Entry {
+    Key key;
+    CUtensorMap map;
+  };
+  thread_local Entry cache[16];
+  thread_local int used = 0, next = 0;
+  Key key;
+  std::memset(&key, 0, sizeof key);  // padding bytes take part in the comparison
+  key.ptr = ptr;
+  key.dt = static_cast<int>(dt);
+  key.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    key.dims[i] = dims[i];
+    key.box[i] = box[i];
+    if (i + 1 < rank) key.strides[i] = strides[i];
+  }
+  for (int i = 0; i < used; ++i)
+    if (cache[i].key == key) {
+      *map = cache[i].map;
+      return;
+    }
   const cuuint32_t elem[3] = {1, 1, 1};
   const CUresult r = encode_fn()(map, dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                                  rank, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) throw CudaError(::orthros::detail::cat("cuTensorMapEncodeTiled(", what, ") failed: CUresult ", int(r)));
+  cache[next] = Entry{key, *map};
+  next = (next + 1) % 16;
+  used = used < 16 ? used + 1 : 16;
 }
 
 HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo) {
@@ -372,12 +416,13 @@ void launch_variant(const HopperParams& hp, long long gx, cudaStream_t stream) {
 
 template <typename T, int D>
 void launch_d(int nwg, bool det, const HopperParams& hp, long long gx, cudaStream_t stream) {
-  if (nwg == 1) {
-    if (det) return launch_variant<T, D, 1, true>(hp, gx, stream);
-    return launch_variant<T, D, 1, false>(hp, gx, stream);
+  // Instantiated: 3 consumer warpgroups (192 rows) in both modes.
+  if (det) {
+    require(nwg == 3, "internal: the deterministic Hopper kernel has 3 warpgroups (got ", nwg, ")");
+    return launch_variant<T, D, 3, true>(hp, gx, stream);
   }
-  if (det) return launch_variant<T, D, 2, true>(hp, gx, stream);
-  return launch_variant<T, D, 2, false>(hp, gx, stream);
+  require(nwg == 3, "internal: the fast Hopper kernel has 3 warpgroups (got ", nwg, ")");
+  return launch_variant<T, D, 3, false>(hp, gx, stream);
 }
 
 template <typename T>
@@ -391,7 +436,6 @@ void launch_t(int D, int nwg, bool det, const HopperParams& hp, long long gx, cu
 
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
                            const HopperGeometry& geo, long long gx, cudaStream_t stream) {
-  require(nwg == 1 || nwg == 2, "internal: Hopper kernel warpgroups must be 1 or 2 (got ", nwg, ")");
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
   require(dtype != DType::f32 && (D == 64 || D == 128), "internal: no Hopper kernel for dtype ", dtype_name(dtype),
           ", D = ", D);

@@ -9,7 +9,7 @@ namespace orthros::cuda::detail {
 /// True when the current device runs sm_90a code (compute capability 9.0: H100, H200, GH200).
 bool hopper_kernel_available();
 
-/// Rows per CTA of the Hopper kernel: 64 per consumer warpgroup (nwg = 1 or 2).
+/// Rows per CTA of the Hopper kernel: 64 per consumer warpgroup (nwg = 3 fast, 2 deterministic).
 constexpr int hopper_block_rows(int nwg) { return 64 * nwg; }
 
 /// Extents of the whole call's tensors (the TMA descriptors cover them; kp.seq may be a subset).
@@ -21,7 +21,7 @@ struct HopperGeometry {
 
 /// Launches the warp-specialized wgmma kernel over the work items (x, KV head, sequence) of one
 /// launch, x < gx (make_work_at's enumeration; BM = hopper_block_rows(nwg), BN = 64), as a
-/// persistent grid. dtype bf16/f16, D 64/128, nwg 1/2; throws orthros::Error otherwise,
+/// persistent grid. dtype bf16/f16, D 64/128, nwg 3 (fast) / 2 (deterministic); throws orthros::Error otherwise,
 /// CudaError when a TMA descriptor cannot be encoded or the launch fails.
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
                            const HopperGeometry& geo, long long gx, cudaStream_t stream);

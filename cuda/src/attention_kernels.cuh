@@ -87,13 +87,14 @@ __device__ __forceinline__ float* partial_ptr(const KernelParams& p, const SeqDe
 /// mma.sync and the wgmma kernels so their per-row arithmetic is the same source: scale the scores
 /// s (m16n8 C layout, NT 8-key groups; this thread's rows g and g+8 are h = 0, 1), mask keys
 /// outside [lo[h], hi[h]] (skipped when `full`: every row of the warp sees the whole tile), update
-/// the running max m and sum l, rescale the output accumulator o and leave P = exp2(s - m) in s.
-/// `kbase` is the key index of column 2c of group 0. A tile outside a row's range is an exact
-/// no-op on that row's state (alpha = 1, p = 0).
-template <int NT, int DT>
-__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&o)[DT][4],
-                                                    const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
-                                                    float scale_log2) {
+/// the running max m and sum l and leave P = exp2(s - m) in s; returns in `alpha` the factor the
+/// output accumulator must be scaled by (rescale_rows) before P V is added. `kbase` is the key
+/// index of column 2c of group 0. A tile outside a row's range is an exact no-op on that row's
+/// state (alpha = 1, p = 0).
+template <int NT>
+__device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
+                                                      const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
+                                                      float scale_log2, float (&alpha)[2]) {
   float mx[2] = {kNegInf, kNegInf};
   if (full) {
 #pragma unroll
@@ -116,7 +117,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m
         mx[h] = fmaxf(mx[h], v);
       }
   }
-  float muse[2], alpha[2];
+  float muse[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -137,10 +138,25 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m
     }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
+}
+
+/// o[j][e] *= alpha[row of e] (the accumulator layout of online_softmax_scores).
+template <int DT>
+__device__ __forceinline__ void rescale_rows(float (&o)[DT][4], const float (&alpha)[2]) {
 #pragma unroll
   for (int j = 0; j < DT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[j][e] = __fmul_rn(o[j][e], alpha[e >> 1]);
+}
+
+/// online_softmax_scores followed by rescale_rows.
+template <int NT, int DT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&o)[DT][4],
+                                                    const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
+                                                    float scale_log2) {
+  float alpha[2];
+  online_softmax_scores(s, m, l, lo, hi, kbase, full, scale_log2, alpha);
+  rescale_rows(o, alpha);
 }
 
 /// Sum over the 4 threads of a quad (the columns of one accumulator row), fixed order.
