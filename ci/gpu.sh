@@ -61,7 +61,13 @@ fi
 if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   echo "== benchmarks (ours)"
   timeout 300 "$BIN/bench_attention_gpu" --runs "$RUNS" $QUICK --json "$OUTDIR/bench_ours.json" 2>&1 | tee "$OUTDIR/bench_ours.log"
-  echo "== benchmarks (PyTorch peers)"
+  echo "== benchmarks (PyTorch and cuDNN peers)"
+  # cuDNN's sliding-window forward needs nvidia-cudnn-frontend==1.32.0, carried as a wheel:
+  # here `pip download --no-deps --only-binary=:all: --python-version 3.12 nvidia-cudnn-frontend==1.32.0 -d .whl/`.
+  if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
   timeout 400 python3 bench/gpu/peers.py --runs "$RUNS" $QUICK --json "$OUTDIR/bench_peers.json" 2>&1 \
     | grep -v Warning | tee "$OUTDIR/bench_peers.log"
   echo "== summary"

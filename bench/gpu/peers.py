@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """What a user would pick instead of the Orthros kernels (issue 4), timed on the same GPU run.
 
+- cuDNN's sliding-window forward (nvidia-cudnn-frontend 1.32.0, carried as a wheel in .whl/):
+  cudnn.sdpa.fwd.torch_op.sdpa(q, k, v, is_causal=True, window_left=128) = the w=128 window
+  including the current token (issue 9), T=8K/32K/128K
 - SDPA full causal attention, cuDNN and FlashAttention backends (prefill T=32K/128K, PT T=8K/32K)
 - SDPA decode: one query over a 128K cache (batch 1 and 16), FlashAttention and cuDNN backends
 - FlexAttention with a sliding-window block mask (w=128), the base stream alone (T=32K/128K, 8K/32K)
@@ -70,6 +73,24 @@ def main():
             bench_sdpa(f"sdpa_causal_{bk}", f"T={T}", bk, q, k, v, True, runs)
         del q, k, v
         torch.cuda.empty_cache()
+
+    # cuDNN's own sliding-window kernel: what a user composes with cuDNN causal for Orthros.
+    try:
+        from cudnn.sdpa.fwd.torch_op import sdpa as cudnn_sdpa
+
+        for T in sorted(set(t_list + pt_list)):
+            q = torch.randn(1, HQ, T, D, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(1, HKV, T, D, device=dev, dtype=torch.bfloat16)
+            v = torch.randn(1, HKV, T, D, device=dev, dtype=torch.bfloat16)
+            runs = args.runs if T <= 32768 else max(20, args.runs // 2)
+            record("cudnn_window_w128", f"T={T}",
+                   lambda: cudnn_sdpa(q, k, v, is_causal=True, window_left=W, return_lse=True), runs)
+            del q, k, v
+            torch.cuda.empty_cache()
+    except Exception:
+        traceback.print_exc()
+        rows.append({"name": "cudnn_window_w128", "shape": "-", "median_ms": None,
+                     "error": "cudnn.sdpa.fwd.torch_op unavailable (carry the nvidia-cudnn-frontend wheel in .whl/)"})
 
     L = 131072
     for B in (1, 16):

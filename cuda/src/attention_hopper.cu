@@ -44,7 +44,11 @@ struct HopperTiles {
   // every row takes the room of the second Q buffer and two stages.
   static constexpr int STAGES = DET ? 2 : 4;
   static constexpr int QBUF = DET ? 1 : 2;
-  static constexpr int kThreads = NWG * 128 + 32;
+  // One producer warpgroup (one warp of it loads) + NWG consumer warpgroups. The producer gives
+  // its registers to the consumers (setmaxnreg): 24 + NWG * 160 per thread-slot fits the file.
+  static constexpr int kThreads = (NWG + 1) * 128;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 160;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NWG <= 65536, "register file");
   static constexpr int kTile = 64 * D;  // elements of one [64][D] tile
   static constexpr int kBarriers = 2 * STAGES + 2 * QBUF;
   static constexpr int kDetBytes = DET ? NWG * 128 * D / 2 * 4 : 0;  // deterministic running output, fp32
@@ -69,7 +73,7 @@ struct HopperParams {
 };
 
 template <typename T, int D, int NWG, bool DET>
-__global__ void __launch_bounds__(NWG * 128 + 32, 1)
+__global__ void __launch_bounds__((NWG + 1) * 128, 1)
     hopper_attn_kernel(const __grid_constant__ HopperParams hp, int gx, long long nitems) {
   using C = HopperTiles<T, D, NWG, DET>;
   const KernelParams& p = hp.p;
@@ -106,8 +110,10 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
   };
   const size_t kv_row = (size_t)p.Hkv * D;
 
-  if (warp == NWG * 4) {
-    // ---------------- producer warp ----------------
+  if (warp >= NWG * 4) {
+    // ---------------- producer warpgroup: its first warp loads ----------------
+    setmaxnreg_dec<C::kProducerRegs>();
+    if (warp != NWG * 4) return;
     uint32_t ring = 0, qn = 0;
     for (long long round = 0;; ++round) {
       const long long item = item_at(round);
@@ -182,6 +188,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, 1)
   }
 
   // ---------------- consumer warpgroups ----------------
+  setmaxnreg_inc<C::kConsumerRegs>();
   const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {

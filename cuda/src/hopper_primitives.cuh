@@ -88,6 +88,16 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/// Register budget of the executing warpgroup (all its warps execute it): producers give
+/// registers back, consumers take them (the kernel needs a register cap at entry: launch bounds).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 /// Keeps the compiler from moving reads/writes of accumulator registers across wgmma issue/wait.
 template <int R, int C>
 __device__ __forceinline__ void fence_regs(float (&d)[R][C]) {
