@@ -86,16 +86,16 @@ __device__ __forceinline__ float state_lse(float m, float l) {
 /// Rotates the pair (x[d], x[d + D/2]) of one head by angle pos * theta^(-2d/D) (RoPE, rope.cu);
 /// with -pos it applies the inverse rotation (the RoPE backward, layer_backward.cu): the angle
 /// changes sign exactly, cos is even and sin odd.
-template <typename T>
-__device__ __forceinline__ void rope_pair(const T* src, T* dst, int d, int D, double pos, double theta) {
+template <typename TS, typename TD>
+__device__ __forceinline__ void rope_pair(const TS* src, TD* dst, int d, int D, double pos, double theta) {
   const int half = D / 2;
   const double a = pos * pow(theta, -2.0 * d / D);  // the CPU reference's formula (rope.hpp)
   double sn, cs;
   sincos(a, &sn, &cs);
   const float c = static_cast<float>(cs), s = static_cast<float>(sn);
-  const float x1 = Elem<T>::to_f(src[d]), x2 = Elem<T>::to_f(src[d + half]);
-  dst[d] = Elem<T>::from_f(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-  dst[d + half] = Elem<T>::from_f(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+  const float x1 = Elem<TS>::to_f(src[d]), x2 = Elem<TS>::to_f(src[d + half]);
+  dst[d] = Elem<TD>::from_f(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+  dst[d + half] = Elem<TD>::from_f(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
 }
 
 /// Division by a runtime divisor d >= 1 known at launch (the GQA group) as a multiply-high and a

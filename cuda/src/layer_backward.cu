@@ -34,13 +34,16 @@ struct StageBwdParams {
 
 // One block per token row, one warp per head (heads strided over the block's warps). For one
 // head with x = lin, g = grad, r = 1/sqrt(mean(x²) + eps) (the forward's qk_prep arithmetic):
-//   dq̂ = RoPE⁻¹(g)                       (rope_pair at -pos, rounded to T)
-//   n   = x r w (rounded; = x without the norm),  dn = α ⊙ dq̂ (rounded; = dq̂ for keys)
+//   dq̂ = RoPE⁻¹(g)                       (rope_pair at -pos; kept in float32, stored rounded)
+//   n   = x r w (rounded; = x without the norm),  dn = α ⊙ dq̂ (float32; = dq̂ for keys)
 //   dx  = r w dn − x r³/D · Σ dn w x,    gain_part = dn x r     (the reference's
 //   rms_norm_groups_backward term by term, float32, no contraction)
+// dq̂ and dn stay in float32 between the steps (the reference at the dtype rounds both): two
+// fewer roundings on the path into the QK-norm gain's gradient, whose few terms per element (D =
+// 16, one row) otherwise carried the bf16 error of dk to the edge of SPEC §6's relative bound.
 template <typename T>
 __global__ void __launch_bounds__(kStageWarps * 32) stage_backward_kernel(const __grid_constant__ StageBwdParams p) {
-  __shared__ T s_g[kStageWarps][kMaxHeadDim];
+  __shared__ float s_g[kStageWarps][kMaxHeadDim];
   const SeqDesc& sd = p.seq[blockIdx.z];
   const int i = blockIdx.x;
   if (i >= (p.out_stream ? sd.T_out : sd.T)) return;
@@ -50,7 +53,7 @@ __global__ void __launch_bounds__(kStageWarps * 32) stage_backward_kernel(const 
   const int D = p.D, half = D / 2;
   const T* nw = static_cast<const T*>(p.norm_w);
   const T* alpha = static_cast<const T*>(p.alpha);
-  T* sg = s_g[warp];
+  float* sg = s_g[warp];
   for (int h = warp; h < p.H; h += kStageWarps) {
     const size_t base = (static_cast<size_t>(row) * p.H + h) * D;
     T* g = static_cast<T*>(p.grad) + base;
@@ -58,7 +61,7 @@ __global__ void __launch_bounds__(kStageWarps * 32) stage_backward_kernel(const 
     for (int d = lane; d < half; d += 32) rope_pair(g, sg, d, D, -pos, p.theta);
     __syncwarp();
     if (p.dqhat)
-      for (int d = lane; d < D; d += 32) static_cast<T*>(p.dqhat)[base + d] = sg[d];
+      for (int d = lane; d < D; d += 32) static_cast<T*>(p.dqhat)[base + d] = Elem<T>::from_f(sg[d]);
     const float inv = nw ? warp_rms_inv(x, D, p.eps, lane) : 1.f;
     float dot = 0.f;
     for (int d = lane; d < D; d += 32) {
@@ -66,19 +69,19 @@ __global__ void __launch_bounds__(kStageWarps * 32) stage_backward_kernel(const 
       if (p.normed)
         static_cast<T*>(p.normed)[base + d] =
             nw ? Elem<T>::from_f(__fmul_rn(__fmul_rn(xv, inv), Elem<T>::to_f(nw[d]))) : x[d];
-      if (alpha) sg[d] = Elem<T>::from_f(__fmul_rn(Elem<T>::to_f(alpha[h * D + d]), Elem<T>::to_f(sg[d])));
-      if (nw) dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(Elem<T>::to_f(sg[d]), Elem<T>::to_f(nw[d])), xv));
+      if (alpha) sg[d] = __fmul_rn(Elem<T>::to_f(alpha[h * D + d]), sg[d]);
+      if (nw) dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(sg[d], Elem<T>::to_f(nw[d])), xv));
     }
     if (nw) {
       for (int off = 16; off > 0; off >>= 1) dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, off));
       const float coef = __fdiv_rn(__fmul_rn(__fmul_rn(__fmul_rn(inv, inv), inv), dot), static_cast<float>(D));
       for (int d = lane; d < D; d += 32) {
-        const float xv = Elem<T>::to_f(x[d]), dn = Elem<T>::to_f(sg[d]), w = Elem<T>::to_f(nw[d]);
+        const float xv = Elem<T>::to_f(x[d]), dn = sg[d], w = Elem<T>::to_f(nw[d]);
         g[d] = Elem<T>::from_f(__fsub_rn(__fmul_rn(__fmul_rn(inv, w), dn), __fmul_rn(xv, coef)));
         if (p.gain_part) p.gain_part[base + d] = __fmul_rn(__fmul_rn(dn, xv), inv);
       }
     } else {
-      for (int d = lane; d < D; d += 32) g[d] = sg[d];
+      for (int d = lane; d < D; d += 32) g[d] = Elem<T>::from_f(sg[d]);
     }
     __syncwarp();  // sg is reused by the next head
   }
