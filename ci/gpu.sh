@@ -19,6 +19,11 @@ echo "== gpu tests"
 RC_PARAMS=${RC_PARAMS:-max_success=100} timeout 420 "$BIN/test_attention_gpu" 2>&1 | tee "$OUTDIR/tests.log" \
   | grep -E "^\[  |^\[       OK|FAILED|Failure|max err|skipped" 
 test_rc=${PIPESTATUS[0]}
+# On a Hopper GPU the default path is the wgmma kernel; the fallback kernels run the same suite.
+echo "== gpu tests, generic kernels (ORTHROS_TEST_KERNEL=generic)"
+ORTHROS_TEST_KERNEL=generic RC_PARAMS=${RC_PARAMS:-max_success=100} timeout 420 "$BIN/test_attention_gpu" 2>&1 \
+  | tee "$OUTDIR/tests_generic.log" | grep -E "FAILED|Failure|PASSED|skipped"
+generic_rc=${PIPESTATUS[0]}; [ "$generic_rc" -ne 0 ] && test_rc=$generic_rc
 echo "== gpu layer tests"
 timeout 120 "$BIN/test_layer_gpu" 2>&1 | tee "$OUTDIR/tests_layer.log" | grep -E "^\[  |^\[       OK|FAILED|Failure|worst|skipped"
 layer_rc=${PIPESTATUS[0]}; [ "$layer_rc" -ne 0 ] && test_rc=$layer_rc

@@ -1,6 +1,7 @@
 // GPU benchmark of the Orthros attention kernels (issue 4): CUDA-event timing, median of N timed
 // runs after warm-up, plus a device-to-device copy bandwidth measured in the same process.
-// Usage: bench_attention_gpu [--runs N] [--json FILE] [--quick] [--only SUBSTRING]
+// Usage: bench_attention_gpu [--runs N] [--json FILE] [--quick] [--only SUBSTRING] [--b2b N]
+// (--b2b N: N calls back to back per timed sample, bench_common.cuh calls_per_sample)
 // Shapes: bf16, qwen3-8b attention (H_q=32, H_kv=8, D=128), w=128 (SPEC §7).
 #include "orthros/cuda/attention.hpp"
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--b2b") && i + 1 < argc) orthros::bench::calls_per_sample() = std::atoi(argv[++i]);
   }
   cudaDeviceProp prop;
   ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -141,8 +143,8 @@ int main(int argc, char** argv) {
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (f) {
-      std::fprintf(f, "{\"device\": \"%s\", \"runs\": %d, \"copy_GBps\": %.1f, \"rows\": [\n", prop.name, runs,
-                   copy_bw / 1e9);
+      std::fprintf(f, "{\"device\": \"%s\", \"runs\": %d, \"calls_per_sample\": %d, \"copy_GBps\": %.1f, \"rows\": [\n",
+                   prop.name, runs, orthros::bench::calls_per_sample(), copy_bw / 1e9);
       for (size_t i = 0; i < rows.size(); ++i)
         std::fprintf(f, "  {\"name\": \"%s\", \"shape\": \"%s\", \"median_ms\": %.5f, \"bytes\": %.0f, \"flops\": %.0f}%s\n",
                      rows[i].name.c_str(), rows[i].shape.c_str(), rows[i].ms, rows[i].bytes, rows[i].flops,

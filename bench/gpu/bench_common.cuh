@@ -51,21 +51,30 @@ struct Dev {
 };
 
 /// Median over `runs` CUDA-event-timed calls of fn (default stream), after `warm` untimed ones.
+/// Calls per timed sample (--b2b N): 1 times each call alone, host work included (what one
+/// synchronous call costs); N > 1 enqueues N calls back to back between the events and divides,
+/// so host work overlaps the GPU (throughput of a stream of calls).
+inline int& calls_per_sample() {
+  static int n = 1;
+  return n;
+}
+
 inline double median_ms(const std::function<void()>& fn, int runs, int warm = 3) {
   for (int i = 0; i < warm; ++i) fn();
   ck(cudaDeviceSynchronize(), "warm-up sync");
+  const int per = calls_per_sample();
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
     cudaEventRecord(a);
-    fn();
+    for (int k = 0; k < per; ++k) fn();
     cudaEventRecord(b);
     ck(cudaEventSynchronize(b), "cudaEventSynchronize");
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
+    t.push_back(ms / per);
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);

@@ -85,6 +85,8 @@ def main():
             runs = args.runs if T <= 32768 else max(20, args.runs // 2)
             record("cudnn_window_w128", f"T={T}",
                    lambda: cudnn_sdpa(q, k, v, is_causal=True, window_left=W, return_lse=True), runs)
+            record("cudnn_window_w128_nolse", f"T={T}",
+                   lambda: cudnn_sdpa(q, k, v, is_causal=True, window_left=W, return_lse=False), runs)
             del q, k, v
             torch.cuda.empty_cache()
     except Exception:

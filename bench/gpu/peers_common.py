@@ -11,29 +11,38 @@ import torch
 HQ, HKV, D, W = 32, 8, 128, 128  # qwen3-8b attention shape, Orthros window
 
 
+CALLS_PER_SAMPLE = [1]  # --b2b N: N calls back to back per timed sample (host work overlaps the GPU)
+
+
 def parse_args():
-    """--runs N (default 25), --json FILE, --quick."""
+    """--runs N (default 25), --json FILE, --quick, --b2b N (calls per timed sample, default 1)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=25)
     ap.add_argument("--json", default="")
     ap.add_argument("--quick", action="store_true")
-    return ap.parse_args()
+    ap.add_argument("--b2b", type=int, default=1)
+    args = ap.parse_args()
+    CALLS_PER_SAMPLE[0] = max(1, args.b2b)
+    return args
 
 
 def median_ms(fn, runs, warm=3):
-    """Median of `runs` CUDA-event-timed calls of fn after `warm` untimed ones, in ms."""
+    """Median of `runs` CUDA-event-timed samples of fn after `warm` untimed calls, in ms per call;
+    a sample is CALLS_PER_SAMPLE[0] calls back to back."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
+    per = CALLS_PER_SAMPLE[0]
     ts = []
     for _ in range(runs):
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(per):
+            fn()
         b.record()
         b.synchronize()
-        ts.append(a.elapsed_time(b))
+        ts.append(a.elapsed_time(b) / per)
     ts.sort()
     return ts[len(ts) // 2]
 
