@@ -291,9 +291,9 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
   kp.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   kp.Hq = c.num_q_heads;
   kp.Hkv = c.num_kv_heads;
-  kp.group = group;
+  set_group(kp, group);
   kp.D = D;
-  kp.nsplit = pl.nsplit;
+  set_nsplit(kp, pl.nsplit);
   kp.split_chunked = pl.split_chunked ? 1 : 0;
   kp.chunk_tiles = pl.chunk_tiles;
   int q_off = 0, out_off = 0;

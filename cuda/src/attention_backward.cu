@@ -87,9 +87,9 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
   kp.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   kp.Hq = Hq;
   kp.Hkv = c.num_kv_heads;
-  kp.group = group;
+  set_group(kp, group);
   kp.D = D;
-  kp.nsplit = 1;
+  set_nsplit(kp, 1);
   kp.chunk_tiles = kDeterministicChunk / kBwdBN;
   bp.dO = buf.d_o;
   bp.dO_out = buf.d_o_out;

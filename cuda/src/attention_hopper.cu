@@ -3,7 +3,7 @@
 // One CTA = NWG consumer warpgroups (64 query rows each) + one producer warp, persistent over the
 // work items of the launch (the same items, rows and tile ranges as the mma.sync kernel:
 // make_work_at, BM = 64 * NWG, BN = 64 keys). Per item:
-//   producer warp: loads the item's Q rows (one buffer, guarded by q_full/q_empty) and its K/V
+//   producer warp: loads the item's Q rows (two buffers, guarded by q_full/q_empty) and its K/V
 //     tiles into a STAGES-deep ring (full/empty mbarriers), running ahead into the next item while
 //     the consumers finish the current one. TMA (one instruction per 64x64 box, 128-byte swizzle)
 //     for every K/V tile that lies inside the sequence's cache_len and for Q when the GQA group
@@ -18,10 +18,15 @@
 // (tiles outside a row's range are exact no-ops), so the deterministic mode's contract holds.
 //
 // Tile sizes: BN = 64 keys keeps the window stream's tiles per row block low (a w = 128 window of
-// a 128-row block touches 3-4 tiles) and equals the mma.sync kernel's tiles (the deterministic
-// chunk is 16 tiles in both). NWG = 2 (128 rows) for PT/SFT/prefill; NWG = 1 for launches whose
-// sequences have <= 64 rows (decode), which are memory-bound. STAGES: enough K/V in flight to
-// cover the load latency at one CTA per SM (NWG = 2) / two CTAs per SM (NWG = 1).
+// a 192-row block touches 3-4 tiles) and equals the mma.sync kernel's tiles (the deterministic
+// chunk is 16 tiles in both). NWG = 3 (192 rows) in both modes; decode launches (<= 16 rows per
+// sequence) stay on the mma.sync kernel under automatic (attention.cu). STAGES = 4 with Q
+// double-buffered fills the 227 KB of shared memory at one CTA per SM; the deterministic mode
+// has 2 stages and one Q buffer, its fp32 running output (96 KB at D = 128) taking the rest.
+// Deterministic mode: a row block whose key range lies in one 1024-key chunk (most window-stream
+// blocks) merges its one chunk into the empty running state in registers (merge_first_chunk);
+// one spanning several chunks keeps the running output in shared memory between merges. Same
+// merge arithmetic as the mma.sync kernel, so the same bits.
 #include "attention_hopper.hpp"
 #include "attention_kernels.cuh"
 #include "hopper_primitives.cuh"
@@ -41,7 +46,8 @@ struct HopperTiles {
   static constexpr int BM = 64 * NWG, BN = 64, CH = D / 8;
   // Fast mode: a 4-stage K/V ring and Q double-buffered (the next item's Q loads while this one
   // runs: window items are only 3-4 tiles long). Deterministic mode: the fp32 running output of
-  // every row takes the room of the second Q buffer and two stages.
+  // every row takes the room of the second Q buffer and two stages (a global scratch instead,
+  // with the fast mode's ring, measured no faster in prefill and 3.5 % slower in PT 32K).
   static constexpr int STAGES = DET ? 2 : 4;
   static constexpr int QBUF = DET ? 1 : 2;
   // One producer warpgroup (one warp of it loads) + NWG consumer warpgroups. The producer gives
@@ -57,11 +63,13 @@ struct HopperTiles {
 };
 
 /// Deterministic running output of one consumer thread in shared memory: element (j, e) of
-/// thread t at [(j * 4 + e) * stride + t] (consecutive threads, consecutive banks).
+/// thread t at [(j * 4 + e) * stride + t] (consecutive threads, consecutive banks). Only read
+/// after a row block's first chunk merge wrote it.
 struct SmemAcc {
   float* p;
   int stride;
-  __device__ float& operator()(int j, int e) const { return p[(j * 4 + e) * stride]; }
+  __device__ float get(int j, int e) const { return p[(j * 4 + e) * stride]; }
+  __device__ void set(int j, int e, float v) const { p[(j * 4 + e) * stride] = v; }
 };
 
 /// Kernel parameters: the generic kernels' parameters plus the TMA descriptors.
@@ -70,7 +78,23 @@ struct HopperParams {
   CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
   CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
   int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
+  FastDiv gx_div, hkv_div;    // item -> (x, KV head, sequence) when the launch has < 2^31 items
 };
+
+/// (x, KV head, sequence) of a work item: x fastest (make_work_at's enumeration).
+__device__ __forceinline__ void split_item(const HopperParams& hp, long long item, long long nitems, int gx, int& x,
+                                           int& kvh, int& z) {
+  if (nitems < (1LL << 31)) {
+    const int it = static_cast<int>(item), q = hp.gx_div.div(it);
+    x = it - q * gx;
+    z = hp.hkv_div.div(q);
+    kvh = q - z * hp.p.Hkv;
+  } else {
+    x = static_cast<int>(item % gx);
+    kvh = static_cast<int>((item / gx) % hp.p.Hkv);
+    z = static_cast<int>(item / gx / hp.p.Hkv);
+  }
+}
 
 template <typename T, int D, int NWG, bool DET>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
@@ -78,6 +102,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   using C = HopperTiles<T, D, NWG, DET>;
   const KernelParams& p = hp.p;
   constexpr int BM = C::BM, BN = C::BN, CH = C::CH, STAGES = C::STAGES, QBUF = C::QBUF, NT = BN / 8, DT = D / 8;
+  constexpr int kChunkTiles = kDeterministicChunk / BN;  // = p.chunk_tiles (make_plan, bn = 64)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* base =
       smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
@@ -109,7 +134,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     return round * gridDim.x + pos;
   };
   const size_t kv_row = (size_t)p.Hkv * D;
-
   if (warp >= NWG * 4) {
     // ---------------- producer warpgroup: its first warp loads ----------------
     setmaxnreg_dec<C::kProducerRegs>();
@@ -118,8 +142,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     for (long long round = 0;; ++round) {
       const long long item = item_at(round);
       if (item >= nitems) break;
-      const int x = static_cast<int>(item % gx);
-      const int kvh = static_cast<int>((item / gx) % p.Hkv), z = static_cast<int>(item / gx / p.Hkv);
+      int x, kvh, z;
+      split_item(hp, item, nitems, gx, x, kvh, z);
       const SeqDesc& sd = p.seq[z];
       const Work w = make_work_at<BM, BN>(p, sd, x);
       if (!w.valid) continue;
@@ -135,7 +159,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
           const void* map = w.is_out ? &hp.tm_qo : &hp.tm_q;
 #pragma unroll
           for (int cb = 0; cb < D / 64; ++cb)
-            tma_load_3d(dq + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + r0 / p.group, &q_full[qb]);
+            tma_load_3d(dq + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + p.group_div.div(r0), &q_full[qb]);
         }
       } else {
         for (int idx = lane; idx < BM * CH; idx += 32) {
@@ -190,12 +214,24 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   // ---------------- consumer warpgroups ----------------
   setmaxnreg_inc<C::kConsumerRegs>();
   const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
+  // Deterministic mode: a turn ring (FlashAttention-3's warpgroup ping-pong, over NWG warpgroups):
+  // per tile, warpgroup wg issues its S = Q K^T after warpgroup wg-1 issued its own (named barrier
+  // kTurnBar + wg, the two warpgroups' 256 threads), so the tensor cores run the S products in
+  // warpgroup order and one warpgroup's softmax overlaps the next one's product. Every warpgroup
+  // passes the turn once per tile of every item (computing or not), so the counts match; the last
+  // warpgroup hands the first its first turn and the first takes the last one back after the loop.
+  // H200: det prefill 128K 1.90 -> 1.77 ms, PT unchanged; in the fast mode (4 stages, Q double-
+  // buffered) it cost prefill 10 % (warpgroups lose the slack to run ahead into the next item).
+  constexpr bool kRing = DET;
+  constexpr int kTurnBar = 1;
+  const int turn_next = kTurnBar + (wg + 1) % NWG;
+  if (kRing && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
     const long long item = item_at(round);
     if (item >= nitems) break;
-    const int x = static_cast<int>(item % gx);
-    const int kvh = static_cast<int>((item / gx) % p.Hkv), z = static_cast<int>(item / gx / p.Hkv);
+    int x, kvh, z;
+    split_item(hp, item, nitems, gx, x, kvh, z);
     const SeqDesc& sd = p.seq[z];
     const Work w = make_work_at<BM, BN>(p, sd, x);
     if (!w.valid) continue;
@@ -214,7 +250,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       hi[h] = rv[h] ? row_hi(p, w, r) : 0;
     }
     float oacc[DT][4], m[2], l[2], rm[2], rl[2];
+    // Deterministic mode: the running output of the chunks already merged (a row block whose keys
+    // span several 1024-key chunks) in shared memory; a block's first merge starts from the empty
+    // state (+0), the last one merges into oacc itself.
     const SmemAcc racc{sRun + tid, NWG * 128};
+    bool merged = false;  // racc holds a merged chunk
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       m[h] = kNegInf;
@@ -226,44 +266,45 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     for (int j = 0; j < DT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
-    if constexpr (DET) {
-#pragma unroll
-      for (int j = 0; j < DT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) racc(j, e) = 0.f;
-    }
     int cur_chunk = -1;
 
     const int qb = qn % QBUF;
     const T* sQg = sQ + qb * NWG * C::kTile + wg * 64 * 64;  // this warpgroup's rows in each column block
+    const uint64_t dq = desc_sw128(sQg, 16, 1024);
     mbar_wait(&q_full[qb], (qn / QBUF) & 1);
     if (!hp.tma_q) fence_proxy_async();  // Q came through cp.async (generic proxy)
     for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
       const int s = ring % STAGES;
       mbar_wait(&full[s], (ring / STAGES) & 1);
+      if (kRing) named_bar_sync(kTurnBar + wg, 256);
+      if (kRing && !(gactive && tt >= gtb && tt <= gte)) named_bar_arrive(turn_next, 256);
       if (gactive && tt >= gtb && tt <= gte) {
         // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
         if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
         if constexpr (DET) {
           if (!w.split) {
-            const int chunk = tt / p.chunk_tiles;
+            const int chunk = tt / kChunkTiles;
             if (chunk != cur_chunk) {
-              if (cur_chunk >= 0) flush_chunk_tile(m, l, oacc, rm, rl, racc);
+              if (cur_chunk >= 0) {
+                flush_chunk_tile(m, l, oacc, rm, rl, EmptyUntil<SmemAcc>{racc, merged}, racc);
+                merged = true;
+              }
               cur_chunk = chunk;
             }
           }
         }
-        const T* kb = sK + s * C::kTile;
-        const T* vb = sV + s * C::kTile;
+        const uint64_t dk = desc_sw128(sK + s * C::kTile, 16, 1024);
+        const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
         float sacc[NT][4];
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           const int koff = (kk & 3) * 16;  // k16 step: column block kk/4, 32 bytes into the row
-          wgmma_ss_m64n64k16<T>(sacc, desc_sw128(sQg + (kk >> 2) * (BM * 64) + koff, 16, 1024),
-                                desc_sw128(kb + (kk >> 2) * (BN * 64) + koff, 16, 1024), kk > 0);
+          wgmma_ss_m64n64k16<T>(sacc, desc_advance(dq, ((kk >> 2) * (BM * 64) + koff) * sizeof(T)),
+                                desc_advance(dk, ((kk >> 2) * (BN * 64) + koff) * sizeof(T)), kk > 0);
         }
         wgmma_commit();
+        if (kRing) named_bar_arrive(turn_next, 256);
         wgmma_wait<0>();
         fence_regs(sacc);
         bool fullt = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
@@ -275,7 +316,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
-          wgmma_rs_tb<T, D>(oacc, pa[kk], desc_sw128(vb + kk * 16 * 64, 64 * 128, 1024), 1);
+          wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(oacc);
@@ -287,17 +328,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     if (!gactive) continue;
     if constexpr (DET) {
       if (!w.split) {
-        flush_chunk_tile(m, l, oacc, rm, rl, racc);
-#pragma unroll
-        for (int j = 0; j < DT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) oacc[j][e] = racc(j, e);
+        if (merged)
+          merge_chunk_state(m, l, oacc, rm, rl, racc, RegAcc<DT>{oacc});
+        else
+          merge_first_chunk(m, l, oacc, rm, rl);
         store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, rm, rl, oacc, true);
         continue;
       }
     }
     store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
   }
+  if (kRing && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
 }
 
 bool hopper_kernel_available() {
@@ -372,9 +413,11 @@ void encode(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint6
   used = used < 16 ? used + 1 : 16;
 }
 
-HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo) {
+HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo, long long gx) {
   HopperParams hp{};
   hp.p = kp;
+  hp.gx_div = FastDiv::of(static_cast<int>(gx));
+  hp.hkv_div = FastDiv::of(kp.Hkv);
   const int BM = hopper_block_rows(nwg);
   // K/V: every cache row of the batch, [rows][H_kv * D]; int32 TMA coordinates.
   hp.tma_kv = geo.kv_rows > 0 && geo.kv_rows < (1LL << 31);
@@ -446,7 +489,7 @@ void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, cons
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
   require(dtype != DType::f32 && (D == 64 || D == 128), "internal: no Hopper kernel for dtype ", dtype_name(dtype),
           ", D = ", D);
-  const HopperParams hp = make_params(dtype, D, nwg, kp, geo);
+  const HopperParams hp = make_params(dtype, D, nwg, kp, geo, gx);
   if (dtype == DType::bf16) return launch_t<__nv_bfloat16>(D, nwg, deterministic, hp, gx, stream);
   return launch_t<__half>(D, nwg, deterministic, hp, gx, stream);
 }

@@ -28,11 +28,11 @@ struct Work {
 };
 
 __device__ __forceinline__ int row_lo(const KernelParams& p, const Work& w, int r) {
-  const int t = w.first_pos + r / p.group;
+  const int t = w.first_pos + p.group_div.div(r);
   return w.is_out ? 0 : (int)max(0LL, (long long)t - p.window + 1);
 }
 __device__ __forceinline__ int row_hi(const KernelParams& p, const Work& w, int r) {
-  return w.first_pos + r / p.group;
+  return w.first_pos + p.group_div.div(r);
 }
 
 /// The work of block index x (the forward: blockIdx.x; the backward flattens (x, KV head)).
@@ -43,8 +43,9 @@ __device__ __forceinline__ Work make_work_at(const KernelParams& p, const SeqDes
   w.sp = 0;
   if (x < out_work) {
     w.is_out = true;
-    w.rb = p.max_out_blocks - 1 - x / p.nsplit;
-    w.sp = x % p.nsplit;
+    const int q = p.nsplit_div.div(x);
+    w.rb = p.max_out_blocks - 1 - q;
+    w.sp = x - q * p.nsplit;
   } else {
     w.is_out = false;
     w.rb = x - out_work;
@@ -95,27 +96,37 @@ template <int NT>
 __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                       const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
                                                       float scale_log2, float (&alpha)[2]) {
-  float mx[2] = {kNegInf, kNegInf};
+  // Key kbase + j*8 + (e&1) is in [lo, hi] iff its column j*8 + (e&1) (a constant) is in
+  // [lo - kbase, hi - kbase]: the same test, one compare per bound.
+  const int lor[2] = {lo[0] - kbase, lo[1] - kbase}, hir[2] = {hi[0] - kbase, hi[1] - kbase};
   if (full) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = __fmul_rn(s[j][e], scale_log2);
-        s[j][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
+      for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], scale_log2);
   } else {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1, n = kbase + j * 8 + (e & 1);
-        float v = __fmul_rn(s[j][e], scale_log2);
-        if (n < lo[h] || n > hi[h]) v = kNegInf;
-        s[j][e] = v;
-        mx[h] = fmaxf(mx[h], v);
+        const int h = e >> 1, col = j * 8 + (e & 1);
+        const float v = __fmul_rn(s[j][e], scale_log2);
+        s[j][e] = (col < lor[h] || col > hir[h]) ? kNegInf : v;
       }
+  }
+  // Row maxima as a pairwise tree (max is exact and order-free: the same value as a running max,
+  // with a dependency depth of log2(2 NT) instead of 2 NT).
+  float mx[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float t[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) t[j] = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
+#pragma unroll
+    for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+      for (int j = 0; j < w; ++j) t[j] = fmaxf(t[j], t[j + w]);
+    mx[h] = t[0];
   }
   float muse[2];
 #pragma unroll
@@ -140,9 +151,12 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
   for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
 }
 
-/// o[j][e] *= alpha[row of e] (the accumulator layout of online_softmax_scores).
+/// o[j][e] *= alpha[row of e] (the accumulator layout of online_softmax_scores). Skipped when
+/// every alpha of the warp is exactly 1 (no row's running max moved: most tiles of a long causal
+/// row): x * 1 = x exactly, so the skip changes no bit. Warp-uniform branch (called by all lanes).
 template <int DT>
 __device__ __forceinline__ void rescale_rows(float (&o)[DT][4], const float (&alpha)[2]) {
+  if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
   for (int j = 0; j < DT; ++j)
 #pragma unroll
@@ -166,18 +180,31 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x;
 }
 
-/// Deterministic mode: merges one 16-row block's chunk state (m, l, o; l is this thread's partial
-/// row sum) into its running state (rm, rl, ro) with merge_coeffs/merge_val, and resets the chunk.
-/// `ro(j, e)` is the running output element j, e (RegAcc: registers; the Hopper kernel keeps it in
-/// shared memory to save 64 registers per thread at D = 128).
+/// Deterministic mode: the running output of one thread's accumulator elements (j, e), read with
+/// get() and written with set(). RegAcc: registers (the mma.sync kernel; the Hopper kernel keeps
+/// it in shared memory to save 64 registers per thread at D = 128). EmptyUntil: reads +0, the
+/// empty running output, until `filled` (a row block's first merge), then `acc`.
 template <int DT>
 struct RegAcc {
   float (&a)[DT][4];
-  __device__ float& operator()(int j, int e) const { return a[j][e]; }
+  __device__ float get(int j, int e) const { return a[j][e]; }
+  __device__ void set(int j, int e, float v) const { a[j][e] = v; }
 };
-template <int DT, typename Acc>
-__device__ __forceinline__ void flush_chunk_tile(float (&m)[2], float (&l)[2], float (&o)[DT][4], float (&rm)[2],
-                                                 float (&rl)[2], const Acc& ro) {
+template <typename Acc>
+struct EmptyUntil {
+  const Acc& acc;
+  bool filled;
+  __device__ float get(int j, int e) const { return filled ? acc.get(j, e) : 0.f; }
+};
+
+/// Deterministic mode: merges one 16-row block's chunk state (m, l, o; l is this thread's partial
+/// row sum) into its running state (rm, rl and the running output read from `src`) with
+/// merge_coeffs/merge_val, and writes the merged running output to `dst` (which may be the
+/// chunk's own registers: the last chunk of a row block merges in place). Every kernel's chunk
+/// merge is this code, so the bits are the same wherever it runs.
+template <int DT, typename Src, typename Dst>
+__device__ __forceinline__ void merge_chunk_state(const float (&m)[2], const float (&l)[2], const float (&o)[DT][4],
+                                                  float (&rm)[2], float (&rl)[2], const Src& src, const Dst& dst) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float lf = quad_sum(l[h]);
@@ -185,15 +212,69 @@ __device__ __forceinline__ void flush_chunk_tile(float (&m)[2], float (&l)[2], f
     rl[h] = merge_val(rl[h], lf, cf);
 #pragma unroll
     for (int j = 0; j < DT; ++j) {
-      ro(j, 2 * h) = merge_val(ro(j, 2 * h), o[j][2 * h], cf);
-      ro(j, 2 * h + 1) = merge_val(ro(j, 2 * h + 1), o[j][2 * h + 1], cf);
+      const float v0 = merge_val(src.get(j, 2 * h), o[j][2 * h], cf);
+      const float v1 = merge_val(src.get(j, 2 * h + 1), o[j][2 * h + 1], cf);
+      dst.set(j, 2 * h, v0);
+      dst.set(j, 2 * h + 1, v1);
+    }
+    rm[h] = cf.m;
+  }
+}
+
+/// merge_chunk_state of a row block's first (or only) chunk into the empty running state
+/// (rm = -inf, rl = 0, output +0), in place: the same bits with fewer operations. For a finite
+/// chunk max m, merge_coeffs(-inf, m) gives fa = 2^-inf = +0 and fb = 2^0 = 1 exactly, so every
+/// merged value 0 * fa + x * fb is +0 + x; any other m (an empty chunk, an overflowed score) takes
+/// the general path.
+template <int DT>
+__device__ __forceinline__ void merge_first_chunk(const float (&m)[2], const float (&l)[2], float (&o)[DT][4],
+                                                  float (&rm)[2], float (&rl)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float lf = quad_sum(l[h]);
+    if (fabsf(m[h]) < INFINITY) {
+      rl[h] = __fadd_rn(0.f, lf);
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        o[j][2 * h] = __fadd_rn(0.f, o[j][2 * h]);
+        o[j][2 * h + 1] = __fadd_rn(0.f, o[j][2 * h + 1]);
+      }
+      rm[h] = m[h];
+    } else {
+      const MergeCoeffs cf = merge_coeffs(kNegInf, m[h]);
+      rl[h] = merge_val(0.f, lf, cf);
+#pragma unroll
+      for (int j = 0; j < DT; ++j) {
+        o[j][2 * h] = merge_val(0.f, o[j][2 * h], cf);
+        o[j][2 * h + 1] = merge_val(0.f, o[j][2 * h + 1], cf);
+      }
+      rm[h] = cf.m;
+    }
+  }
+}
+
+/// merge_chunk_state (running output read from `src`, written to `dst`), then resets the chunk
+/// state (m = -inf, l = 0, o = 0) for the next chunk.
+template <int DT, typename Src, typename Dst>
+__device__ __forceinline__ void flush_chunk_tile(float (&m)[2], float (&l)[2], float (&o)[DT][4], float (&rm)[2],
+                                                 float (&rl)[2], const Src& src, const Dst& dst) {
+  merge_chunk_state(m, l, o, rm, rl, src, dst);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    m[h] = kNegInf;
+    l[h] = 0.f;
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
       o[j][2 * h] = 0.f;
       o[j][2 * h + 1] = 0.f;
     }
-    rm[h] = cf.m;
-    m[h] = kNegInf;
-    l[h] = 0.f;
   }
+}
+/// flush_chunk_tile with the running output `ro` read and written in place.
+template <int DT, typename Acc>
+__device__ __forceinline__ void flush_chunk_tile(float (&m)[2], float (&l)[2], float (&o)[DT][4], float (&rm)[2],
+                                                 float (&rl)[2], const Acc& ro) {
+  flush_chunk_tile(m, l, o, rm, rl, ro, ro);
 }
 
 /// Writes one 16-row block's result: row0 is its first row (rows row0 + g, row0 + g + 8 of this
@@ -204,11 +285,13 @@ __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const Seq
                                                 int row0, const bool (&rv)[2], const float (&m)[2], const float (&l)[2],
                                                 const float (&o)[DT][4], bool l_final) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, D = DT * 8;
+  float lfs[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float lf = l_final ? l[h] : quad_sum(l[h]);
+    lfs[h] = lf;
     if (!rv[h]) continue;
-    const int r = row0 + g + 8 * h, i = r / p.group, head = kvh * p.group + r % p.group;
+    const int r = row0 + g + 8 * h, i = p.group_div.div(r), head = kvh * p.group + (r - i * p.group);
     if (w.split) {
       float* dst = partial_ptr(p, sd, i, head, w.sp);
       if (c == 0) {
@@ -224,14 +307,23 @@ __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const Seq
     }
     const int qoff = w.is_out ? sd.out_off : sd.q_off;
     T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + ((size_t)(qoff + i) * p.Hq + head) * D;
-    float* lptr = w.is_out ? p.lse_out : p.lse;
     const float inv = __frcp_rn(lf);
 #pragma unroll
     for (int j = 0; j < DT; ++j) {
       const uint32_t v = Mma<T>::pack(__fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));
       *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
     }
-    if (c == 0 && lptr) lptr[(size_t)(qoff + i) * p.Hq + head] = state_lse(m[h], lf);
+  }
+  // The LSE of row h is written by lane c = h of its quad: one pass of state_lse's float64
+  // arithmetic for both rows instead of one per row.
+  float* lptr = w.is_out ? p.lse_out : p.lse;
+  const int h = c & 1;
+  if (!w.split && lptr && c < 2 && (h ? rv[1] : rv[0])) {
+    const float mh = h ? m[1] : m[0];
+    const float lh = h ? lfs[1] : lfs[0];
+    const int r = row0 + g + 8 * h, i = p.group_div.div(r), head = kvh * p.group + (r - i * p.group);
+    const int qoff = w.is_out ? sd.out_off : sd.q_off;
+    lptr[(size_t)(qoff + i) * p.Hq + head] = state_lse(mh, lh);
   }
 }
 

@@ -171,6 +171,8 @@ struct KernelParams {
   long long window;
   float scale_log2;  // softmax scale * log2(e)
   int Hq, Hkv, group, D;
+  FastDiv group_div;   // division by group (row -> token, head); set with group (set_group)
+  FastDiv nsplit_div;  // division by nsplit (block index -> row block, split); set with nsplit
   int nsplit;          // output-stream splits (1: no split)
   int split_chunked;   // deterministic split: split sp == chunk sp
   int chunk_tiles;     // deterministic mode: tiles per chunk (in-kernel chunk merges)
@@ -178,5 +180,15 @@ struct KernelParams {
   int nseq;
   SeqDesc seq[kMaxSeqPerLaunch];
 };
+
+/// Sets p.group / p.nsplit together with their FastDiv (the kernels divide by the divisor).
+inline void set_group(KernelParams& p, int group) {
+  p.group = group;
+  p.group_div = FastDiv::of(group);
+}
+inline void set_nsplit(KernelParams& p, int nsplit) {
+  p.nsplit = nsplit;
+  p.nsplit_div = FastDiv::of(nsplit);
+}
 
 }  // namespace orthros::cuda::detail

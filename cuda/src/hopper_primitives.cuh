@@ -98,6 +98,15 @@ template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
+/// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads (a multiple of 32): sync waits
+/// for the barrier's phase to complete, arrive counts this warp's threads without waiting. The
+/// consumer warpgroups pass a turn around a ring with these (attention_hopper.cu).
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 /// Keeps the compiler from moving reads/writes of accumulator registers across wgmma issue/wait.
 template <int R, int C>
 __device__ __forceinline__ void fence_regs(float (&d)[R][C]) {
@@ -114,6 +123,13 @@ __device__ __forceinline__ uint64_t desc_sw128(const void* p, uint32_t lbo_bytes
   d |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
   d |= static_cast<uint64_t>(1) << 62;  // layout type 1: 128-byte swizzle
   return d;
+}
+/// desc_sw128(p + bytes, ...) from d = desc_sw128(p, ...), for a 16-byte multiple `bytes`: the start
+/// address field (bits 0-13: address >> 4) grows by bytes >> 4 with no carry out of the field while
+/// the address stays inside shared memory (< 256 KB), so only the low word changes. Lets a kernel
+/// encode one descriptor per tile and step it per k16 slice by a constant (one add, not ~12).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(d) + (bytes >> 4));
 }
 /// Element offset of 16-byte chunk `ch` of row `row` in a swizzled [ROWS][D] tile (see top).
 template <int ROWS>

@@ -143,6 +143,14 @@ std::vector<SeqOut<S>> run_gpu(const std::vector<SeqIn<S>>& seqs, const Attentio
   buf.o_out = to ? oo.p : nullptr;
   buf.lse = static_cast<float*>(lse.p);
   buf.lse_out = to ? static_cast<float*>(lseo.p) : nullptr;
+  // Every other call passes its own workspace (attention_workspace_bytes, NaN-poisoned: split
+  // states and the deterministic Hopper scratch must be written before they are read); the
+  // others use the library's internal one.
+  static int calls = 0;
+  const size_t ws_bytes = (calls++ % 2 == 0) ? cuda::attention_workspace_bytes(cfg, lay) : 0;
+  DevBuf ws(ws_bytes);
+  buf.workspace = ws.p;
+  buf.workspace_bytes = ws_bytes;
   cuda::attention_forward(cfg, lay, buf, nullptr);
   ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_forward");
   std::vector<SeqOut<S>> out(seqs.size());
