@@ -50,10 +50,6 @@ const char* dtype_name(DType t);
 /// Size of one element in bytes (4 or 2).
 int dtype_size(DType t);
 
-/// Operator configuration (SPEC §2). Supported: H_q % H_kv == 0; head_dim a multiple of 16 in
-/// [16, 256]. bf16/f16 with D = 64 or 128 run on tensor cores (mma.sync m16n8k16, fp32
-/// accumulate); every other supported case (f32, other D) runs on a SIMT kernel with fp32
-/// arithmetic.
 /// Which forward kernel family runs a call (docs/cuda.md, "Kernels").
 enum class KernelPath {
   automatic,  ///< the Hopper wgmma kernel where it applies (sm_90, bf16/f16, D 64/128), else generic
@@ -61,6 +57,10 @@ enum class KernelPath {
   generic,    ///< the mma.sync / SIMT kernels (any sm_80+ GPU, every dtype and D); for A/B tests
 };
 
+/// Operator configuration (SPEC §2). Supported: H_q % H_kv == 0; head_dim a multiple of 16 in
+/// [16, 256]. bf16/f16 with D = 64 or 128 run on tensor cores with fp32 accumulation (wgmma on
+/// sm_90 for launches with > 16 rows per sequence, mma.sync m16n8k16 otherwise); every other
+/// supported case (f32, other D) runs on a SIMT kernel with fp32 arithmetic.
 struct AttentionConfig {
   DType dtype = DType::bf16;    ///< element type of q, k, v, q_out, o, o_out
   int num_q_heads = 0;          ///< H_q
