@@ -116,6 +116,7 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
   }
   // Row maxima as a pairwise tree (max is exact and order-free: the same value as a running max,
   // with a dependency depth of log2(2 NT) instead of 2 NT).
+  static_assert((NT & (NT - 1)) == 0, "the pairwise max needs a power-of-two number of 8-key groups");
   float mx[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -171,6 +171,7 @@ struct KernelParams {
   long long window;
   float scale_log2;  // softmax scale * log2(e)
   int Hq, Hkv, group, D;
+  // Set only through set_group / set_nsplit (a default FastDiv divides by 1).
   FastDiv group_div;   // division by group (row -> token, head); set with group (set_group)
   FastDiv nsplit_div;  // division by nsplit (block index -> row block, split); set with nsplit
   int nsplit;          // output-stream splits (1: no split)

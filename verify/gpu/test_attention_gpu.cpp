@@ -519,9 +519,13 @@ TEST(GpuAttention, HopperMatchesGeneric) {
   hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 200, 0, 50, 1LL << 40, true, 45);  // SFT, full window
   hopper_vs_generic<Eigen::bfloat16>(AttentionDims{12, 4, 128}, 517, 300, 517, 200, false, 46);  // chunk + PT, GQA 3
   hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 4, 64}, 1, 2000, 1, 64, false, 47);         // decode, MHA
-  // Deterministic row blocks whose keys span several 1024-key chunks (the Hopper kernel's
-  // running output goes through its scratch between chunk merges): PT over 3 chunks; chunked
-  // prefill + SFT with windows and output rows crossing chunk boundaries, GQA 3, D = 64.
+  // Deterministic row blocks whose keys span several 1024-key chunks, merged inside the Hopper
+  // kernel (its running output in shared memory between chunk merges). Base rows are never split:
+  // with w >= T a base row of position t sees [0, t], up to 3 chunks at T = 2200 (first merge into
+  // the empty state, a read-modify-write of the running output, the last merge in registers); PT
+  // with w = 128 (base rows cross one boundary; the output rows of so small a launch go to the
+  // split-KV chunks and merge_kernel); chunked prefill + SFT, GQA 3, D = 64.
+  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 2200, 0, 1, 1LL << 40, true, 50);
   hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 2200, 0, 2200, 128, true, 48);
   hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 900, 1500, 900, 300, true, 49);
 }
