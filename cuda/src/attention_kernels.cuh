@@ -198,6 +198,27 @@ struct EmptyUntil {
   __device__ float get(int j, int e) const { return filled ? acc.get(j, e) : 0.f; }
 };
 
+/// One accumulator row h (elements (j, 2h), (j, 2h+1)) of merge_chunk_state: the chunk's max m
+/// and quad-summed sum lf merged into (rm, rl), the output read from `src`, written to `dst`.
+template <int DT, typename Src, typename Dst>
+__device__ __forceinline__ void merge_chunk_row(int h, float m, float lf, const float (&o)[DT][4], float& rm,
+                                                float& rl, const Src& src, const Dst& dst) {
+  const MergeCoeffs cf = merge_coeffs(rm, m);
+  rl = merge_val(rl, lf, cf);
+#pragma unroll
+  for (int j = 0; j < DT; ++j) {
+    const float v0 = merge_val(src.get(j, 2 * h), o[j][2 * h], cf);
+    const float v1 = merge_val(src.get(j, 2 * h + 1), o[j][2 * h + 1], cf);
+    dst.set(j, 2 * h, v0);
+    dst.set(j, 2 * h + 1, v1);
+  }
+  rm = cf.m;
+}
+/// The empty running output (+0), as a merge source.
+struct ZeroAcc {
+  __device__ float get(int, int) const { return 0.f; }
+};
+
 /// Deterministic mode: merges one 16-row block's chunk state (m, l, o; l is this thread's partial
 /// row sum) into its running state (rm, rl and the running output read from `src`) with
 /// merge_coeffs/merge_val, and writes the merged running output to `dst` (which may be the
@@ -207,26 +228,14 @@ template <int DT, typename Src, typename Dst>
 __device__ __forceinline__ void merge_chunk_state(const float (&m)[2], const float (&l)[2], const float (&o)[DT][4],
                                                   float (&rm)[2], float (&rl)[2], const Src& src, const Dst& dst) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float lf = quad_sum(l[h]);
-    const MergeCoeffs cf = merge_coeffs(rm[h], m[h]);
-    rl[h] = merge_val(rl[h], lf, cf);
-#pragma unroll
-    for (int j = 0; j < DT; ++j) {
-      const float v0 = merge_val(src.get(j, 2 * h), o[j][2 * h], cf);
-      const float v1 = merge_val(src.get(j, 2 * h + 1), o[j][2 * h + 1], cf);
-      dst.set(j, 2 * h, v0);
-      dst.set(j, 2 * h + 1, v1);
-    }
-    rm[h] = cf.m;
-  }
+  for (int h = 0; h < 2; ++h) merge_chunk_row(h, m[h], quad_sum(l[h]), o, rm[h], rl[h], src, dst);
 }
 
 /// merge_chunk_state of a row block's first (or only) chunk into the empty running state
 /// (rm = -inf, rl = 0, output +0), in place: the same bits with fewer operations. For a finite
 /// chunk max m, merge_coeffs(-inf, m) gives fa = 2^-inf = +0 and fb = 2^0 = 1 exactly, so every
 /// merged value 0 * fa + x * fb is +0 + x; any other m (an empty chunk, an overflowed score) takes
-/// the general path.
+/// the general path (merge_chunk_row from the empty state).
 template <int DT>
 __device__ __forceinline__ void merge_first_chunk(const float (&m)[2], const float (&l)[2], float (&o)[DT][4],
                                                   float (&rm)[2], float (&rl)[2]) {
@@ -242,14 +251,9 @@ __device__ __forceinline__ void merge_first_chunk(const float (&m)[2], const flo
       }
       rm[h] = m[h];
     } else {
-      const MergeCoeffs cf = merge_coeffs(kNegInf, m[h]);
-      rl[h] = merge_val(0.f, lf, cf);
-#pragma unroll
-      for (int j = 0; j < DT; ++j) {
-        o[j][2 * h] = merge_val(0.f, o[j][2 * h], cf);
-        o[j][2 * h + 1] = merge_val(0.f, o[j][2 * h + 1], cf);
-      }
-      rm[h] = cf.m;
+      rm[h] = kNegInf;
+      rl[h] = 0.f;
+      merge_chunk_row(h, m[h], lf, o, rm[h], rl[h], ZeroAcc{}, RegAcc<DT>{o});
     }
   }
 }
@@ -278,6 +282,12 @@ __device__ __forceinline__ void flush_chunk_tile(float (&m)[2], float (&l)[2], f
   flush_chunk_tile(m, l, o, rm, rl, ro, ro);
 }
 
+/// Query token i (of the stream) and query head of row r of KV head kvh (rows r = i*group + g).
+__device__ __forceinline__ void row_token_head(const KernelParams& p, int kvh, int r, int& i, int& head) {
+  i = p.group_div.div(r);
+  head = kvh * p.group + (r - i * p.group);
+}
+
 /// Writes one 16-row block's result: row0 is its first row (rows row0 + g, row0 + g + 8 of this
 /// thread; rv: row exists). Split-KV: the unnormalized state (m, quad-summed l, o) of split w.sp;
 /// otherwise o / l in T and the LSE. `l_final` true: l is already the row total (det running state).
@@ -292,7 +302,8 @@ __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const Seq
     const float lf = l_final ? l[h] : quad_sum(l[h]);
     lfs[h] = lf;
     if (!rv[h]) continue;
-    const int r = row0 + g + 8 * h, i = p.group_div.div(r), head = kvh * p.group + (r - i * p.group);
+    int i, head;
+    row_token_head(p, kvh, row0 + g + 8 * h, i, head);
     if (w.split) {
       float* dst = partial_ptr(p, sd, i, head, w.sp);
       if (c == 0) {
@@ -322,7 +333,8 @@ __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const Seq
   if (!w.split && lptr && c < 2 && (h ? rv[1] : rv[0])) {
     const float mh = h ? m[1] : m[0];
     const float lh = h ? lfs[1] : lfs[0];
-    const int r = row0 + g + 8 * h, i = p.group_div.div(r), head = kvh * p.group + (r - i * p.group);
+    int i, head;
+    row_token_head(p, kvh, row0 + g + 8 * h, i, head);
     const int qoff = w.is_out ? sd.out_off : sd.q_off;
     lptr[(size_t)(qoff + i) * p.Hq + head] = state_lse(mh, lh);
   }

@@ -33,6 +33,20 @@ double richardson_difference(F&& f) {
   const double d1 = (f(kStep) - f(-kStep)) / (2 * kStep), d2 = (f(2 * kStep) - f(-2 * kStep)) / (4 * kStep);
   return (4 * d1 - d2) / 3;
 }
+/// Fails unless the analytic gradient of p[i] agrees with richardson_difference of loss() over p[i].
+template <typename Loss>
+void check_coordinate(const std::string& name, double* p, Index i, double analytic, Loss&& loss) {
+  const double x0 = p[i];
+  const double fd = richardson_difference([&](double s) {
+    p[i] = x0 + s;
+    const double l = loss();
+    p[i] = x0;
+    return l;
+  });
+  if (!fd_agrees(fd, analytic))
+    RC_FAIL(detail::cat(name, "[", i, "]: analytic ", analytic, " vs finite difference ", fd, " (difference ",
+                        fd - analytic, ")"));
+}
 
 /// Up to `per_tensor` coordinates of a tensor of n values (all of them when n is small).
 std::vector<Index> draw_coordinates(Index n, int per_tensor) {
@@ -77,18 +91,7 @@ void model_finite_differences(bool pt) {
     std::vector<Index> coords = draw_coordinates(n, 4);
     if (name == "embedding")  // entries of rows of tokens in the sequence (other rows have no gradient)
       for (Index& i : coords) i = Index(seq[size_t(*rc::gen::inRange<Index>(0, T))]) * c.d_model + i % c.d_model;
-    for (Index i : coords) {
-      const double x0 = p[i];
-      const double fd = richardson_difference([&](double s) {
-        p[i] = x0 + s;
-        const double l = loss(w);
-        p[i] = x0;
-        return l;
-      });
-      if (!fd_agrees(fd, g[i]))
-        RC_FAIL(detail::cat(name, "[", i, "]: analytic ", g[i], " vs finite difference ", fd, " (difference ",
-                            fd - g[i], ")"));
-    }
+    for (Index i : coords) check_coordinate(name, p, i, g[i], [&] { return loss(w); });
   });
   // Directional derivative: (L(θ + h u) - L(θ - h u)) / 2h = g·u for a random u with |u| = 1.
   Rng rng(dseed);
@@ -218,18 +221,7 @@ void layer_finite_differences() {
   };
   const LayerGrads<double> g = orthros_attention_layer_backward(lc.w, lc.cfg, lc.x, lc.x_out, lc.dy, lc.dy_out);
   auto check = [&](const char* name, double* p, const double* gp, Index n) {
-    for (Index i = 0; i < n; ++i) {
-      const double x0 = p[i];
-      const double fd = richardson_difference([&](double s) {
-        p[i] = x0 + s;
-        const double l = loss();
-        p[i] = x0;
-        return l;
-      });
-      if (!fd_agrees(fd, gp[i]))
-        RC_FAIL(detail::cat(name, "[", i, "]: analytic ", gp[i], " vs finite difference ", fd, " (difference ",
-                            fd - gp[i], ")"));
-    }
+    for (Index i = 0; i < n; ++i) check_coordinate(name, p, i, gp[i], loss);
   };
   check("dx", lc.x.data(), g.dx.data(), lc.x.size());
   check("dx_out", lc.x_out.data(), g.dx_out.data(), lc.x_out.size());
