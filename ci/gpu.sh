@@ -32,7 +32,10 @@ if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
   # compute-sanitizer over the GPU tests (issue 11): few property draws (kernels run ~10-100x slower
   # under the tools); summaries in $OUTDIR/sanitizer_summary.txt. A report fails the job.
   : >"$OUTDIR/sanitizer_summary.txt"
-  for tool in memcheck racecheck; do
+  # All four tools: memcheck (out-of-bounds/misaligned accesses), racecheck (shared-memory
+  # hazards), initcheck (reads of uninitialised device memory), synccheck (barrier misuse, e.g.
+  # an mbarrier phase receiving more arrivals than it was initialised with).
+  for tool in ${ORTHROS_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
     for t in test_attention_gpu test_layer_gpu; do
       log="$OUTDIR/sanitizer_${tool}_$t.log"
       RC_PARAMS=max_success=3 timeout 400 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/$t" \

@@ -30,7 +30,7 @@ for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
   rc=${PIPESTATUS[0]}; echo "verify --grad --device cuda $1 exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
 done
 if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
-  for tool in memcheck racecheck; do
+  for tool in ${ORTHROS_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
     echo "== compute-sanitizer $tool (SanitizerSmall)"
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_backward_gpu" \
       --gtest_filter='*SanitizerSmall*' > "$OUTDIR/sanitizer_$tool.log" 2>&1

@@ -117,11 +117,13 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);  // the producer's one arrival (+ TMA bytes or cp.async arrivals)
+      // One arrival per lane of the producer warp: an mbar_arrive (lane 0's announcing the TMA
+      // bytes) when the stage is a TMA load, an mbar_arrive_cp_async when it is a cp.async load.
+      mbar_init(&full[s], 32);
       mbar_init(&empty[s], NWG * 128);
     }
     for (int b = 0; b < QBUF; ++b) {
-      mbar_init(&q_full[b], 1);
+      mbar_init(&q_full[b], 32);
       mbar_init(&q_empty[b], NWG * 128);
     }
   }
@@ -160,6 +162,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #pragma unroll
           for (int cb = 0; cb < D / 64; ++cb)
             tma_load_3d(dq + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + p.group_div.div(r0), &q_full[qb]);
+        } else {
+          mbar_arrive(&q_full[qb]);
         }
       } else {
         for (int idx = lane; idx < BM * CH; idx += 32) {
@@ -170,8 +174,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
           cp_async16(dq + sw128<BM>(row, ch), src, ok);
         }
         mbar_arrive_cp_async(&q_full[qb]);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&q_full[qb]);
       }
       ++qn;
       const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
@@ -191,6 +193,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
               tma_load_2d(dk + cb * BN * 64, &hp.tm_k, kvh * D + cb * 64, row, &full[s]);
               tma_load_2d(dv + cb * BN * 64, &hp.tm_v, kvh * D + cb * 64, row, &full[s]);
             }
+          } else {
+            mbar_arrive(&full[s]);
           }
         } else {
           for (int idx = lane; idx < BN * CH; idx += 32) {
@@ -202,8 +206,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             cp_async16(dv + sw128<64>(row, ch), vg + off, ok);
           }
           mbar_arrive_cp_async(&full[s]);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(&full[s]);
         }
       }
     }

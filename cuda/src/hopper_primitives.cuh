@@ -35,11 +35,11 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
-/// Arrives on `bar` once every cp.async this thread issued so far has landed. Not counted in the
-/// barrier's expected arrivals (the pending count is raised when this is issued), so a phase also
-/// needs its regular arrival(s).
+/// Arrives on `bar` once every cp.async this thread issued so far has landed. `.noinc`: the
+/// arrival counts against the barrier's expected arrivals (the pending count is not raised when
+/// this is issued), so each issuing thread is one of the arrivals `bar` was initialised with.
 __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 /// One arrival that also announces `bytes` of TMA traffic completing on this phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
