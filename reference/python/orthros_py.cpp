@@ -14,6 +14,7 @@
 #include "orthros/regimes.hpp"
 #include "orthros/rope.hpp"
 #include "orthros/tensor.hpp"
+#include "py_args.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -27,6 +28,11 @@
 
 namespace py = pybind11;
 using orthros::Mat;
+using orthros::python::arg_array;
+using orthros::python::arg_optional_number;
+using orthros::python::arg_scale;
+using orthros::python::arg_str;
+using orthros::python::arg_window;
 using orthros::require;
 
 namespace {
@@ -54,6 +60,12 @@ std::string np_dtype(const py::array& a, const char* name) {
   if (dt.kind() == 'f' && dt.itemsize() == 2) return "f16";
   throw orthros::Error(std::string(name) + " must be a float64, float32 or float16 array (got dtype " +
                        py::str(static_cast<const py::handle&>(dt)).cast<std::string>() + ")");
+}
+
+/// Checks that v has k's shape, named in the 3-d layout [P+T, H_kv, D] the caller passed.
+void require_v_like_k(const py::array& k, const py::array& v) {
+  require(shape_of(v) == shape_of(k), "v must have the shape of k, [P+T, H_kv, D] = ", shape_str(k), "; got ",
+          shape_str(v));
 }
 
 /// Copies a `[rows, H, D]` NumPy array (any float dtype, any strides) into Mat<S> `[rows, H*D]`,
@@ -136,6 +148,7 @@ py::dict attention_at(const py::array& q, const py::array& k, const py::array& v
   require(q.ndim() == 3, "q must be a 3-d array [T, H_q, D]; got shape ", shape_str(q));
   require(k.ndim() == 3, "k must be a 3-d array [P+T, H_kv, D]; got shape ", shape_str(k));
   const std::int64_t Hq = q.shape(1), D = q.shape(2), Hkv = k.shape(1);
+  require_v_like_k(k, v);
   Mat<S> mq = to_mat3<S>(q, "q", Hq, D), mk = to_mat3<S>(k, "k", Hkv, D), mv = to_mat3<S>(v, "v", Hkv, D),
          mqo = to_mat3<S>(q_out, "q_out", Hq, D);
   orthros::AttentionResult<S> r;
@@ -170,6 +183,7 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   py::dict d;
   d["name"] = r.name;
   d["shape"] = r.shape;
+  d["actual_shape"] = r.actual_shape;  // the port's shape (differs from "shape" when shape_ok is false)
   d["dtype"] = r.dtype;
   d["shape_ok"] = r.shape_ok;
   d["rel_fro"] = r.rel_fro;
@@ -192,6 +206,9 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   d["pass_finite"] = r.pass_finite;
   d["bad_rows"] = r.bad_rows;
   d["bad_row_count"] = r.bad_row_count;
+  py::list runs;  // every bad row, as (first, last) runs of consecutive rows
+  for (const auto& [first, last] : r.bad_row_ranges) runs.append(py::make_tuple(first, last));
+  d["bad_row_ranges"] = runs;
   d["pass"] = r.pass;
   return d;
 }
@@ -298,6 +315,7 @@ BackwardArgs<S> backward_args(const py::array& q, const py::array& k, const py::
   require(q.ndim() == 3, "q must be a 3-d array [T, H_q, D]; got shape ", shape_str(q));
   require(k.ndim() == 3, "k must be a 3-d array [P+T, H_kv, D]; got shape ", shape_str(k));
   const std::int64_t Hq = q.shape(1), D = q.shape(2), Hkv = k.shape(1);
+  require_v_like_k(k, v);
   BackwardArgs<S> a;
   a.q = to_mat3<S>(q, "q", Hq, D);
   a.k = to_mat3<S>(k, "k", Hkv, D);
@@ -393,10 +411,15 @@ py::dict check_backward_at(const py::object& result, const py::array& q, const p
                                              {r.rows(), H, a.dims.head_dim}, dtype, b);
     all = all && rep.pass;
     py::dict d = report_dict(rep);
-    std::vector<std::int64_t> pos;  // absolute positions: dq base rows, dq_out output rows, dk/dv cache rows
-    for (auto row : rep.bad_rows)
-      pos.push_back(kv ? row + 1 : (std::string(name) == "dq_out" ? P + T - T_out : P) + row + 1);
+    // absolute positions: dq base rows, dq_out output rows, dk/dv cache rows
+    const std::int64_t first_position = kv ? 1 : (std::string(name) == "dq_out" ? P + T - T_out : P) + 1;
+    std::vector<std::int64_t> pos;
+    for (auto row : rep.bad_rows) pos.push_back(first_position + row);
     d["bad_positions"] = pos;
+    py::list pos_runs;
+    for (const auto& [first, last] : rep.bad_row_ranges)
+      pos_runs.append(py::make_tuple(first_position + first, first_position + last));
+    d["bad_position_ranges"] = pos_runs;
     tensors[name] = d;
   }
   py::dict out;
@@ -524,7 +547,49 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
-  m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"), py::arg("window"),
+  // Arguments arrive as Python objects and are converted here (py_args.hpp): bad ones raise
+  // orthros.Error naming the parameter instead of pybind11's signature dump.
+  constexpr const char* kQ = "[T, H_q, D]";
+  constexpr const char* kKV = "[P+T, H_kv, D]";
+  constexpr const char* kQO = "[T_out, H_q, D]";
+  constexpr const char* kDtypes = "\"f64\", \"f32\", \"bf16\", \"f16\"";
+  auto attention_py = [=](py::object q, py::object k, py::object v, py::object q_out, py::object window,
+                          py::object scale, py::object precision) {
+    return attention(arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                     arg_array(q_out, "q_out", kQO), arg_window(window), arg_scale(scale),
+                     arg_str(precision, "precision", kDtypes, true));
+  };
+  auto check_py = [=](py::object actual, py::object reference, py::object dtype, py::object e_x, py::object name,
+                      py::object na) {
+    return check_tensor(arg_array(actual, "actual", "(the port's tensor)"),
+                        arg_array(reference, "reference", "(the float64 oracle's tensor)"),
+                        *arg_str(dtype, "dtype", kDtypes, false), arg_optional_number(e_x, "oracle_at_dtype_maxabs"),
+                        *arg_str(name, "name", "a tensor name", false),
+                        arg_str(na, "abs_na_reason", "a reason (a string)", true));
+  };
+  auto check_attention_py = [=](py::object result, py::object q, py::object k, py::object v, py::object q_out,
+                                py::object window, py::object scale, py::object dtype) {
+    return check_attention(result, arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                           arg_array(q_out, "q_out", kQO), arg_window(window), arg_scale(scale),
+                           *arg_str(dtype, "dtype", kDtypes, false));
+  };
+  auto attention_backward_py = [=](py::object q, py::object k, py::object v, py::object q_out, py::object dout,
+                                   py::object dout_out, py::object window, py::object scale, py::object precision) {
+    return attention_backward(arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                              arg_array(q_out, "q_out", kQO), arg_array(dout, "do", kQ),
+                              arg_array(dout_out, "do_out", kQO), arg_window(window), arg_scale(scale),
+                              arg_str(precision, "precision", kDtypes, true));
+  };
+  auto check_attention_backward_py = [=](py::object result, py::object q, py::object k, py::object v,
+                                         py::object q_out, py::object dout, py::object dout_out, py::object window,
+                                         py::object scale, py::object dtype) {
+    return check_attention_backward(result, arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                                    arg_array(q_out, "q_out", kQO), arg_array(dout, "do", kQ),
+                                    arg_array(dout_out, "do_out", kQO), arg_window(window), arg_scale(scale),
+                                    *arg_str(dtype, "dtype", kDtypes, false));
+  };
+
+  m.def("attention", attention_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"), py::arg("window"),
         py::arg("scale") = py::none(), py::arg("precision") = py::none(),
         R"doc(The Orthros attention operator (paper Eq. 2; SPEC §2, §5).
 
@@ -533,14 +598,14 @@ window >= 1 (keys, current token included); scale defaults to 1/sqrt(D).
 precision: None (the inputs' dtype) or "f64"/"f32"/"bf16"/"f16": the oracle at that precision
 (inputs rounded to it). Returns a dict with o [T, H_q, D], o_out [T_out, H_q, D], lse [T, H_q],
 lse_out [T_out, H_q] (natural log). Raises orthros.Error (a ValueError) on bad input.)doc");
-  m.def("check", &check_tensor, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
+  m.def("check", check_py, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
         py::arg("oracle_at_dtype_maxabs") = py::none(), py::arg("name") = "out", py::arg("abs_na_reason") = py::none(),
         R"doc(SPEC §6 on one tensor against a float64 reference; returns the report as a dict (key 'pass').
 
 oracle_at_dtype_maxabs: E_X, the max abs error of the oracle at `dtype` (required unless dtype is
 "f64", where it is 0). abs_na_reason instead of it: the naive oracle at `dtype` has no finite
 answer, so the max-abs criterion is not applicable (report: abs_tol None, abs_criterion "n/a (...)").)doc");
-  m.def("check_attention", &check_attention, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
+  m.def("check_attention", check_attention_py, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's attention outputs under SPEC §6.
 
@@ -551,10 +616,10 @@ max-abs criterion is not applicable: each report has abs_tol None and abs_criter
 "n/a (naive <dtype> oracle overflows: ...)", and the relative and NaN/Inf criteria decide.
 Returns {'pass': bool, 'dtype': str, 'tensors': {name: report}}. One assert:
     assert orthros.check_attention(out, q, k, v, q_out, window=w, dtype="bf16")["pass"])doc");
-  m.def("attention_backward", &attention_backward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"),
+  m.def("attention_backward", attention_backward_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"),
         py::arg("do"), py::arg("do_out"), py::arg("window"), py::arg("scale") = py::none(),
         py::arg("precision") = py::none(),
-        R"doc(Backward of the Orthros attention operator (issue 8; docs/SPEC.md "Backward").
+        R"doc(Backward of the Orthros attention operator (docs/SPEC.md "Backward").
 
 q [T, H_q, D], k and v [P+T, H_kv, D], q_out [T_out, H_q, D] as for attention(); do [T, H_q, D]
 = dL/do and do_out [T_out, H_q, D] = dL/do_out, the upstream gradients of the two streams.
@@ -570,7 +635,7 @@ H_q % H_kv != 0, T_out > T, a non-finite value in any array), and with a message
 "attention gradients overflow" (or "scaled scores q.k*scale overflow") when finite inputs have
 no finite answer at `precision`.
 Source: reference/include/orthros/attention_backward.hpp (orthros_attention_backward).)doc");
-  m.def("check_attention_backward", &check_attention_backward, py::arg("result"), py::arg("q"), py::arg("k"),
+  m.def("check_attention_backward", check_attention_backward_py, py::arg("result"), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("q_out"), py::arg("do"), py::arg("do_out"), py::arg("window"),
         py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's gradients under SPEC §6 (the rule of check_attention, per gradient).
