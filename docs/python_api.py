@@ -22,8 +22,8 @@ def entry(qualname, obj):
         for name, member in sorted(vars(obj).items()):
             if name.startswith("_") or not (callable(member) or isinstance(member, property)):
                 continue
-            mdoc = inspect.getdoc(member) or ""
-            lines += [f"- `{name}`: {mdoc.splitlines()[0] if mdoc else ''}".rstrip(": ")]
+            mdoc = " ".join((inspect.getdoc(member) or "").split())
+            lines += [f"- `{name}`: {mdoc}".rstrip(": ")]
         lines.append("")
         return lines
     try:
@@ -44,7 +44,9 @@ def main(out_path):
     for name in sorted(orthros.__all__):
         obj = getattr(orthros, name)
         if inspect.isclass(obj) and issubclass(obj, BaseException):
-            lines += [f"### orthros.{name}", "", "```", inspect.getdoc(obj) or f"{name}: raised on bad input", "```", ""]
+            lines += [f"### orthros.{name}", "", "```", f"class orthros.{name}({obj.__bases__[0].__name__})", "",
+                      "Raised for bad input by every function of the package, with the message of the C++",
+                      "orthros::Error unchanged: it names the parameter and the values.", "```", ""]
         elif callable(obj):
             lines += entry(f"orthros.{name}", obj)
     lines += ["## orthros.testing", "", "```", inspect.getdoc(orthros.testing), "```", ""]
