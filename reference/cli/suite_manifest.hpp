@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 inline std::pair<fs::path, fs::path> suite_paths(const std::string& suite) {
   std::error_code ec;
   const fs::file_status s = fs::status(suite, ec);
-  require(fs::exists(s), "--suite: ", suite, " does not exist (write a suite with `orthros golden --out DIR`)");
+  require(fs::exists(s), "--suite: ", suite,
+          " does not exist (give a suite directory holding manifest.json; write one with `orthros golden --out DIR`)");
   if (fs::is_regular_file(s)) return {fs::path(suite).parent_path(), fs::path(suite)};  // .../manifest.json
   require(fs::is_directory(s), "--suite: ", suite, " is neither a suite directory nor its manifest.json");
   const fs::path root(suite);
