@@ -518,7 +518,7 @@ const bool reg = add_command(
       sub.add_option("--expected", a->expected,
                      "expected file from `orthros golden` for --case (default: run the oracle on the case now)")
           ->needs(c);
-      auto* s = sub.add_option("--suite", a->suite, "golden suite directory (with manifest.json)");
+      auto* s = sub.add_option("--suite", a->suite, "golden suite directory (with manifest.json), or its manifest.json");
       auto* d = sub.add_option("--actual-dir", a->actual_dir, "directory of the port's results, NAME.safetensors");
       sub.add_option("--dtype", a->dtype,
                      "--case without --expected: dtype whose tolerance applies (default: the case's); elsewhere it "
