@@ -6,7 +6,8 @@ Doxygen (1.9) leaves `**` literally around bold text that starts with a code spa
 followed by punctuation, and reads a single-backtick code span holding an apostrophe (`q'`) as a
 `quoted' pair, which garbles the rest of the line. In the rendered text of every page made from a
 .md file (tags stripped, code spans, code blocks and formulas removed) this finds a literal `**`,
-a stray backtick, or a curly quote next to a code span, and prints each with its page and
+a stray backtick, a literal <tt> (Doxygen 1.9 writes a code span in a section heading as
+escaped HTML), or a curly quote next to a code span, and prints each with its page and
 context. Exit status 0 when none is found, 1 otherwise, 2 when HTML_DIR holds no such page.
 """
 import html
@@ -28,6 +29,7 @@ def text_of(page):
 
 def problems(text):
     for pattern, what in ((r"\*\*", "literal **"), (r"`", "stray backtick"),
+                          (r"</?(?:tt|code|b|em)>", "literal HTML tag (a code span in a heading)"),
                           (r"\x00[\u2018\u2019]|[\u2018\u2019]\x00", "curly quote next to a code span")):
         for m in re.finditer(pattern, text):
             context = text[max(0, m.start() - 60):m.end() + 60].replace("\x00", "<code>").replace("\n", " ")
