@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs every build/test dependency of Orthros from Debian packages. Idempotent:
 # packages already present are skipped, so a second run costs a few seconds.
+#   bash ci/setup.sh             # everything: the test suite, docs, Python, fuzzing, NCCL (with nvcc)
+#   bash ci/setup.sh --minimal   # only what `orthros verify` needs (ci/verify.sh): no NCCL download
 set -euo pipefail
+MINIMAL=0
+[ "${1:-}" = "--minimal" ] && MINIMAL=1
 
 PACKAGES=(
   build-essential cmake pkg-config
@@ -14,11 +18,17 @@ PACKAGES=(
   libcli11-dev             # orthros command line
   nlohmann-json3-dev       # safetensors header, manifests, --json reports
   pybind11-dev python3-dev python3-numpy  # Python bindings (issue 3)
+  python3-pytest           # runs a port's test of orthros.testing.assert_matches_golden (README, verify/packaging)
   python3-matplotlib       # plotting benchmark results
   python3-venv             # `pip install .` into a venv (Debian's Python is externally managed; issue 11)
   ninja-build ccache       # the wheel build (scikit-build-core uses Ninja; ccache: a rerun of ctest packaging_wheel takes ~1 min)
   clang libclang-rt-14-dev # libFuzzer + sanitizers for the readers' fuzz targets (ci/fuzz.sh)
 )
+
+# The verify path (ci/verify.sh): compiler, CMake and the oracle's and command's headers only.
+if [ "$MINIMAL" = 1 ]; then
+  PACKAGES=(build-essential cmake pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -46,7 +56,9 @@ NCCL_SHA256=e4553a30f34195f3fa1da02a6da3d6337d28f2003943aa0a3d247bbc25fefc42
 NCCL_URL=https://files.pythonhosted.org/packages/b0/b4/878fefaad5b2bcc6fcf8d474a25e3e3774bc5133e4b58adff4d0bca238bc/${NCCL_WHEEL}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 NCCL_DIR="$ROOT/.deps/nccl"
-if [ "${ORTHROS_SKIP_NCCL:-0}" = 1 ]; then
+if [ "$MINIMAL" = 1 ]; then
+  echo "[setup] NCCL: skipped (--minimal: \`orthros verify\` does not use it)"
+elif [ "${ORTHROS_SKIP_NCCL:-0}" = 1 ]; then
   echo "[setup] NCCL: skipped (ORTHROS_SKIP_NCCL=1)"
 elif ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "[setup] NCCL: skipped (no nvcc: CPU-only build)"

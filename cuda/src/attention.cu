@@ -44,7 +44,16 @@ int device_sm_count() {
   return n;
 }
 
-bool hopper_kernels_available() { return detail::hopper_kernel_available(); }
+bool hopper_kernels_available() {
+  // No usable device (no GPU, no driver, a driver too old for the runtime): the Hopper kernel
+  // does not apply. Asked first, without the throwing check, and the runtime's error cleared.
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return detail::hopper_kernel_available();
+}
 
 namespace detail {
 void validate_config(const AttentionConfig& c) {

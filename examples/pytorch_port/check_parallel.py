@@ -10,7 +10,7 @@ minutes to check; a GPU machine has cores to spare. With --jobs 1 (the default) 
 plain commands (`--json` for --json FILE, the text report for --text FILE). With N > 1 each case
 is checked on its own, through a one-case copy of the manifest (the case and expected files are
 the suite's own, by symbolic link), and the reports are joined: the JSON has the same keys
-(passed, failed, skipped, pass, cases), the text the same case blocks and the closing
+(passed, failed, skipped, judged, total, pass, cases), the text the same case blocks and the closing
 "N passed, M failed" line. Exit status as `orthros check`: 0 when every case passes, 1 when one
 fails, 2 (with its message on stderr) when a check's own input is bad.
 """
@@ -90,8 +90,8 @@ def main():
         failed = sum(c["status"] == "fail" for c in cases)
         skipped = sum(c["status"] == "skipped" for c in cases)
         with open(a.json, "w") as f:
-            json.dump({"passed": passed, "failed": failed, "skipped": skipped, "pass": failed == 0 and passed > 0,
-                       "cases": cases}, f, indent=2)
+            json.dump({"passed": passed, "failed": failed, "skipped": skipped, "judged": passed + failed,
+                       "total": len(cases), "pass": failed == 0 and passed > 0, "cases": cases}, f, indent=2)
             f.write("\n")
     if a.text:
         blocks = [b for (name, m, _), (rc, out, err) in done if m == "text" for b in text_blocks(out)]

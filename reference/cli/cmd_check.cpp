@@ -1,6 +1,6 @@
 // `orthros check`: validates a port's attention outputs against the float64 oracle under SPEC §6.
 //   orthros check --case CASE --actual RESULT [--expected EXPECTED] [--dtype X] [--json]
-//   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--json]
+//   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--min-judged N] [--json]
 // Per tensor (o, o_out, lse, lse_out; and dq, dq_out, dk, dv when the expected results hold
 // gradients: a case of a suite written with `orthros golden --grad` whose manifest entry says
 // "grad": true, or a --case holding do/do_out; a "grad": false case of such a suite, e.g.
@@ -8,9 +8,11 @@
 // relative Frobenius error, max abs error, max relative error, worst index [t, h, d], NaN/Inf
 // counts, the rows over the abs bound with their absolute positions (dk/dv rows are cache rows:
 // row i is position i+1), pass/fail; then `N passed, N failed`. Exit status 0 when every case passes, 1 when a
-// result of the port is missing, unreadable, incomplete or wrong, 2 (orthros::Error, one line
-// from main) when an input of the check itself is bad: usage, the case file, --expected, the suite
-// (manifest, case and expected files) or a missing --actual-dir.
+// result of the port is missing, unreadable, incomplete or wrong, or (--skip-missing) when no case
+// was judged or fewer than --min-judged N; 2 (orthros::Error, one line from main) when an input of
+// the check itself is bad: usage, the case file, --expected, the suite (manifest entries, every
+// selected case file and expected file, read and checked against the manifest before any result is
+// judged), a missing --actual-dir, or a --dtype other than the one the expected files' E_X are for.
 // Layer suites (`orthros golden --level layer`, manifest "level": "layer"; layer_suite.hpp) and layer
 // case files (holding x, x_out, the weights and k_cache/v_cache) are judged the same way on y
 // [T, d_model], y_out [T_out, d_model], k_cache_after and v_cache_after [P+T, H_kv, D]: y rows are
@@ -18,6 +20,7 @@
 #include "command.hpp"
 #include "layer_suite.hpp"
 #include "portkit.hpp"
+#include "suite_manifest.hpp"
 
 #include "orthros/case_io.hpp"
 #include "orthros/check.hpp"
@@ -115,17 +118,19 @@ std::string index_str(const std::vector<std::int64_t>& v) {
   return s + "]";
 }
 
-/// "4-7, 9" from ascending rows.
-std::string ranges(const std::vector<std::int64_t>& rows, std::int64_t offset) {
+/// Most runs of bad rows printed per tensor (the JSON report lists every run).
+constexpr std::size_t kMaxRunsShown = 16;
+
+/// "4-7, 9" from runs of consecutive rows (each shifted by `offset`); past kMaxRunsShown runs,
+/// ", ... (N more runs)".
+std::string ranges(const std::vector<std::pair<std::int64_t, std::int64_t>>& runs, std::int64_t offset) {
   std::string s;
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i;
-    while (j + 1 < rows.size() && rows[j + 1] == rows[j] + 1) ++j;
+  for (size_t i = 0; i < runs.size() && i < kMaxRunsShown; ++i) {
     if (!s.empty()) s += ", ";
-    s += std::to_string(rows[i] + offset);
-    if (j > i) s += "-" + std::to_string(rows[j] + offset);
-    i = j + 1;
+    s += std::to_string(runs[i].first + offset);
+    if (runs[i].second > runs[i].first) s += "-" + std::to_string(runs[i].second + offset);
   }
+  if (runs.size() > kMaxRunsShown) s += ", ... (" + std::to_string(runs.size() - kMaxRunsShown) + " more runs)";
   return s;
 }
 
@@ -191,18 +196,22 @@ void print_case(const CaseReport& c) {
     if (r.bad_row_count == 0) continue;
     const std::int64_t rows = r.shape.empty() ? 0 : r.shape[0];
     const bool one = r.bad_row_count == 1;
-    std::printf(r.abs_applicable ? "    %s: %lld of %lld rows over the abs bound or non-finite: %s %s%s = %s t = %s%s\n"
-                                 : "    %s: %lld of %lld rows non-finite: %s %s%s = %s t = %s%s\n",
+    std::printf(r.abs_applicable ? "    %s: %lld of %lld rows over the abs bound or non-finite: %s %s = %s t = %s\n"
+                                 : "    %s: %lld of %lld rows non-finite: %s %s = %s t = %s\n",
                 r.name.c_str(), (long long)r.bad_row_count, (long long)rows, one ? "row" : "rows",
-                ranges(r.bad_rows, 0).c_str(), r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "",
-                one ? "position" : "positions", ranges(r.bad_rows, position(c, r.name, 0)).c_str(),
-                r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "");
+                ranges(r.bad_row_ranges, 0).c_str(), one ? "position" : "positions",
+                ranges(r.bad_row_ranges, position(c, r.name, 0)).c_str());
   }
 }
 
 json tensor_json(const check::TensorReport& r, const CaseReport& c) {
   std::vector<std::int64_t> pos;
   for (auto row : r.bad_rows) pos.push_back(position(c, r.name, row));
+  json row_runs = json::array(), pos_runs = json::array();  // every bad row, as [first, last] runs
+  for (const auto& [first, last] : r.bad_row_ranges) {
+    row_runs.push_back({first, last});
+    pos_runs.push_back({position(c, r.name, first), position(c, r.name, last)});
+  }
   auto num = [](double x) -> json { return std::isfinite(x) ? json(x) : json(std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf")); };
   return json{{"name", r.name},         {"shape", r.shape}, {"actual_shape", r.actual_shape},
               {"shape_ok", r.shape_ok}, {"rel_err", num(r.rel_fro)},
@@ -215,7 +224,8 @@ json tensor_json(const check::TensorReport& r, const CaseReport& c) {
               {"worst_actual", num(r.worst_actual)}, {"worst_expected", num(r.worst_ref)},
               {"nan_count", r.nan_count}, {"inf_count", r.inf_count},
               {"bad_rows", r.bad_rows}, {"bad_positions", pos},
-              {"bad_row_count", r.bad_row_count}, {"pass_rel", r.pass_rel},
+              {"bad_row_count", r.bad_row_count}, {"bad_row_ranges", row_runs},
+              {"bad_position_ranges", pos_runs}, {"pass_rel", r.pass_rel},
               {"pass_abs", r.pass_abs}, {"pass_finite", r.pass_finite},
               {"pass", r.pass}};
 }
@@ -236,27 +246,49 @@ json case_json(const CaseReport& c) {
   return j;
 }
 
-/// Prints every case (table or JSON) and the summary; returns the exit status.
-int finish(const std::vector<CaseReport>& cases, bool as_json) {
-  int passed = 0, failed = 0, skipped = 0;
+/// Prints every case (table or JSON) and the summary; returns the exit status: 0 when no case
+/// failed, at least one was judged (passed or failed; a skipped case is not judged) and at least
+/// `min_judged` (when given) were, else 1. With skipped cases the report says how many of the
+/// selected cases were judged, and why the status is 1 when the gate is not met.
+int finish(const std::vector<CaseReport>& cases, bool as_json, std::optional<std::int64_t> min_judged = std::nullopt) {
+  std::int64_t passed = 0, failed = 0, skipped = 0;
   for (const auto& c : cases) (c.skipped ? skipped : (c.pass ? passed : failed))++;
+  const std::int64_t judged = passed + failed, total = static_cast<std::int64_t>(cases.size());
+  std::string why_not;  // why the status is 1 although no judged case failed
+  if (failed == 0 && judged == 0)
+    why_not = "no case judged: all " + std::to_string(total) + " selected cases lack a result file (--skip-missing)";
+  else if (failed == 0 && min_judged && judged < *min_judged)
+    why_not = std::to_string(judged) + " of " + std::to_string(total) + " cases judged (" + std::to_string(skipped) +
+              " without a result file), fewer than --min-judged " + std::to_string(*min_judged);
+  const bool pass = failed == 0 && why_not.empty();
   if (as_json) {
     json all = json::array();
     for (const auto& c : cases) all.push_back(case_json(c));
-    json out{{"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"pass", failed == 0 && passed > 0},
-             {"cases", all}};
+    json out{{"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"judged", judged}, {"total", total}};
+    if (min_judged) out["min_judged"] = *min_judged;
+    out["pass"] = pass;
+    if (!why_not.empty()) out["reason"] = why_not;
+    out["cases"] = all;
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     for (const auto& c : cases) print_case(c);
-    if (skipped) std::printf("%d passed, %d failed, %d skipped (no result file)\n", passed, failed, skipped);
-    else std::printf("%d passed, %d failed\n", passed, failed);
+    if (skipped) {
+      std::printf("%lld passed, %lld failed, %lld skipped (no result file)\n", (long long)passed, (long long)failed,
+                  (long long)skipped);
+      std::printf("judged %lld of %lld cases%s\n", (long long)judged, (long long)total,
+                  min_judged ? (" (--min-judged " + std::to_string(*min_judged) + ")").c_str() : "");
+    } else {
+      std::printf("%lld passed, %lld failed\n", (long long)passed, (long long)failed);
+    }
+    if (!why_not.empty()) std::printf("FAIL: %s\n", why_not.c_str());
   }
-  return (failed == 0 && passed > 0) ? 0 : 1;
+  return pass ? 0 : 1;
 }
 
 struct Args {
   std::string case_path, actual, expected, dtype, suite, actual_dir, only;
   bool json = false, skip_missing = false;
+  std::optional<std::int64_t> min_judged;  ///< --min-judged N (--suite)
 };
 
 /// Runs `f`; an orthros::Error it throws is rethrown with `what` in front (names the bad input).
@@ -294,29 +326,56 @@ void check_result(CaseReport& c, const portkit::Expected& e, const std::string& 
   }
 }
 
+/// The shapes the expected results of case `c` must have (from the case's T, P, T_out, heads,
+/// D, d_model): an expected file of another case would otherwise blame the port for shapes.
+std::map<std::string, std::vector<std::int64_t>> expected_shapes(const CaseReport& c, bool grad) {
+  std::map<std::string, std::vector<std::int64_t>> want;
+  if (c.layer) {
+    for (const auto& [n, shape] : portkit::layer_output_shapes(c.T, c.P, c.T_out, c.d_model, c.Hkv, c.D))
+      want[n] = shape;
+  } else {
+    want = {{"o", {c.T, c.Hq, c.D}}, {"o_out", {c.T_out, c.Hq, c.D}}, {"lse", {c.T, c.Hq}}, {"lse_out", {c.T_out, c.Hq}}};
+  }
+  if (grad) {
+    want["dq"] = {c.T, c.Hq, c.D};
+    want["dq_out"] = {c.T_out, c.Hq, c.D};
+    want["dk"] = want["dv"] = {c.P + c.T, c.Hkv, c.D};
+  }
+  return want;
+}
+
+/// Reads a case file of the check's input and fills c's shape fields from it.
+/// \throws orthros::Error when the file is missing, not a regular file, malformed, or not a case.
+st::File read_case(CaseReport& c, const std::string& path) {
+  st::File f = st::read_file(path);
+  require(portkit::is_layer_case(f) ||
+              (f.tensors.count("q") && f.tensors.count("k") && f.tensors.count("v") && f.tensors.count("q_out")),
+          "not a case file: it needs tensors q, k, v, q_out (SPEC §5), or x, x_out, the weights and k_cache, "
+          "v_cache (a layer case)",
+          f.tensors.count("o") || f.tensors.count("y") ? "; this looks like a result file, give it as --actual" : "");
+  fill_shape_info(c, f);
+  return f;
+}
+
+/// A --dtype that differs from the dtype the expected file's E_X were computed for would judge by
+/// one dtype's relative bound and another's absolute bound. \throws orthros::Error then.
+void require_same_dtype(const Args& a, const portkit::Expected& e, const std::string& source) {
+  require(a.dtype.empty() || a.dtype == e.dtype, "--dtype ", a.dtype, ": ", source, " holds the max-abs baselines E_X of ",
+          e.dtype, ", so judging at ", a.dtype, " would mix ", a.dtype, "'s relative bound with ", e.dtype,
+          "'s absolute one; write expected results at ", a.dtype, " (orthros golden --dtype ", a.dtype,
+          ") or leave out --dtype");
+}
+
 int run_case(const Args& a) {
   CaseReport c;
   c.name = fs::path(a.case_path).stem().string();
   // The case and the expected file are inputs of the check: problems with them throw (exit 2).
-  const st::File cf = with_context("--case " + a.case_path, [&] {
-    require(fs::is_regular_file(a.case_path), "no such file");
-    st::File f = st::read_file(a.case_path);
-    require(portkit::is_layer_case(f) ||
-                (f.tensors.count("q") && f.tensors.count("k") && f.tensors.count("v") && f.tensors.count("q_out")),
-            "not a case file: it needs tensors q, k, v, q_out (SPEC §5), or x, x_out, the weights and k_cache, "
-            "v_cache (a layer case)",
-            f.tensors.count("o") || f.tensors.count("y") ? "; this looks like a result file, give it as --actual" : "");
-    fill_shape_info(c, f);
-    return f;
-  });
+  const st::File cf = with_context("--case " + a.case_path, [&] { return read_case(c, a.case_path); });
   auto reg = cf.metadata.find("regime");
   if (reg != cf.metadata.end()) c.regime = reg->second;
   portkit::Expected e;
   if (!a.expected.empty()) {
-    e = with_context("--expected " + a.expected, [&] {
-      require(fs::is_regular_file(a.expected), "no such file");
-      return portkit::load_expected(st::read_file(a.expected));
-    });
+    e = with_context("--expected " + a.expected, [&] { return portkit::load_expected(st::read_file(a.expected)); });
   } else {
     // dtype: --dtype, else the case's "dtype" metadata (golden files), else q's storage dtype.
     std::string dt = a.dtype;
@@ -330,23 +389,12 @@ int run_case(const Args& a) {
   if (!a.expected.empty() && e.layer != c.layer)
     throw Error(detail::cat("--expected ", a.expected, ": ", e.layer ? "a layer expected file" : "an operator expected file",
                             " does not go with --case ", a.case_path, c.layer ? " (a layer case)" : " (an operator case)"));
-  if (!a.expected.empty()) {  // an expected file of another case would blame the port for shapes
-    std::map<std::string, std::vector<std::int64_t>> want;
-    if (c.layer) {
-      for (const auto& [n, shape] : portkit::layer_output_shapes(c.T, c.P, c.T_out, c.d_model, c.Hkv, c.D))
-        want[n] = shape;
-    } else {
-      want = {{"o", {c.T, c.Hq, c.D}}, {"o_out", {c.T_out, c.Hq, c.D}}, {"lse", {c.T, c.Hq}}, {"lse_out", {c.T_out, c.Hq}}};
-    }
-    if (e.grad) {
-      want["dq"] = {c.T, c.Hq, c.D};
-      want["dq_out"] = {c.T_out, c.Hq, c.D};
-      want["dk"] = want["dv"] = {c.P + c.T, c.Hkv, c.D};
-    }
-    for (const auto& [n, shape] : want)
+  if (!a.expected.empty()) {
+    for (const auto& [n, shape] : expected_shapes(c, e.grad))
       require(e.file.tensors.at(n).shape == shape, "--expected ", a.expected, ": tensor \"", n, "\" has shape ",
               index_str(e.file.tensors.at(n).shape), " but --case ", a.case_path, " needs ", index_str(shape),
               " (expected file of another case?)");
+    require_same_dtype(a, e, "--expected " + a.expected);
   }
   if (!a.dtype.empty()) e.dtype = a.dtype;
   c.dtype = e.dtype;
@@ -356,39 +404,46 @@ int run_case(const Args& a) {
 }
 
 int run_suite(const Args& a) {
-  const fs::path root(a.suite);
-  std::ifstream mf(root / "manifest.json");
-  require(static_cast<bool>(mf), "--suite: cannot read ", (root / "manifest.json").string(),
-          " (write a suite with `orthros golden --out DIR`)");
-  require(fs::is_directory(a.actual_dir), "--actual-dir: directory ", a.actual_dir, " does not exist");
+  const auto [root, manifest_path] = suite_paths(a.suite);
+  const std::string mpath = manifest_path.string();
+  {
+    std::error_code ec;
+    const fs::file_status s = fs::status(a.actual_dir, ec);
+    require(fs::exists(s), "--actual-dir: directory ", a.actual_dir, " does not exist");
+    require(fs::is_directory(s), "--actual-dir: ", a.actual_dir,
+            " is a file, not a directory (give the directory holding the port's NAME.safetensors results)");
+  }
+  with_context("--suite " + a.suite, [&] { st::require_regular_file(mpath, "a manifest.json file"); });
+  std::ifstream mf(manifest_path);
+  require(static_cast<bool>(mf), "--suite: cannot read ", mpath, " (write a suite with `orthros golden --out DIR`)");
   json m;
   try {
     m = json::parse(mf);
   } catch (const std::exception& e) {
-    throw Error(detail::cat((root / "manifest.json").string(), ": invalid JSON: ", e.what()));
+    throw Error(detail::cat(mpath, ": invalid JSON: ", e.what()));
   }
-  require(m.value("format", "") == "orthros-golden" && m.contains("cases") && m["cases"].is_array(),
-          (root / "manifest.json").string(), " is not an orthros golden manifest");
+  require(m.is_object() && m.value("format", "") == "orthros-golden" && m.contains("cases") && m["cases"].is_array(),
+          mpath, " is not an orthros golden manifest");
+  require_complete_manifest(m, mpath);
   std::string level = "op";
   try {
     if (m.contains("level")) level = m["level"].get<std::string>();
   } catch (const json::exception& err) {
-    throw Error(detail::cat((root / "manifest.json").string(), ": \"level\" must be \"op\" or \"layer\": ", err.what()));
+    throw Error(detail::cat(mpath, ": \"level\" must be \"op\" or \"layer\": ", err.what()));
   }
-  require(level == "op" || level == "layer", (root / "manifest.json").string(),
-          ": \"level\" must be \"op\" or \"layer\" (got \"", level, "\")");
+  require(level == "op" || level == "layer", mpath, ": \"level\" must be \"op\" or \"layer\" (got \"", level, "\")");
   std::vector<CaseReport> out;
   std::optional<bool> suite_grad;
   try {
     if (m.contains("grad")) suite_grad = m["grad"].get<bool>();
   } catch (const json::exception& err) {
-    throw Error(detail::cat((root / "manifest.json").string(), ": \"grad\" must be true or false: ", err.what()));
+    throw Error(detail::cat(mpath, ": \"grad\" must be true or false: ", err.what()));
   }
   for (const json& jc : m["cases"]) {
-    CaseReport c;
+    CaseReport c, from_file;
     portkit::Expected e;
     std::optional<bool> case_grad;
-    try {  // the suite is an input of the check: a bad manifest entry or expected file throws (exit 2)
+    try {  // the suite is an input of the check: a bad manifest entry, case or expected file throws (exit 2)
       c.name = jc.at("name").get<std::string>();
       if (!a.only.empty() && c.name.find(a.only) == std::string::npos) continue;
       c.regime = jc.value("regime", "");
@@ -403,18 +458,35 @@ int run_suite(const Args& a) {
       c.layer = level == "layer";
       if (c.layer) c.d_model = jc.at("d_model");
       if (jc.contains("grad")) case_grad = jc["grad"].get<bool>();
+      // The case file is read and validated too: a missing, truncated or foreign case is the
+      // suite's defect, whatever the port wrote.
+      const fs::path cp = root / jc.at("file").get<std::string>();
+      with_context("suite " + a.suite + ", case " + c.name + ", case file " + cp.string(),
+                   [&] { read_case(from_file, cp.string()); });
       const fs::path ep = root / jc.at("expected").get<std::string>();
       e = with_context("suite " + a.suite + ", case " + c.name + ", expected file " + ep.string(),
                        [&] { return portkit::load_expected(st::read_file(ep.string())); });
     } catch (const json::exception& err) {
-      throw Error(detail::cat((root / "manifest.json").string(), ": bad case entry \"", c.name, "\": ", err.what()));
+      throw Error(detail::cat(mpath, ": bad case entry \"", c.name, "\": ", err.what()));
     }
+    require(from_file.layer == c.layer, "suite ", a.suite, ", case ", c.name, ": the manifest says \"level\": \"",
+            level, "\" but its case file is ", from_file.layer ? "a layer" : "an operator", " case");
+    const std::vector<std::int64_t> listed{c.T, c.P, c.T_out, c.Hq, c.Hkv, c.D, c.window, c.d_model},
+        found{from_file.T, from_file.P, from_file.T_out, from_file.Hq, from_file.Hkv, from_file.D, from_file.window,
+              c.layer ? from_file.d_model : 0};
+    require(listed == found, "suite ", a.suite, ", case ", c.name,
+            ": the case file does not match its manifest entry (T, P, T_out, H_q, H_kv, D, window",
+            c.layer ? ", d_model" : "", ": manifest ", index_str(listed), ", file ", index_str(found), ")");
     require(e.layer == c.layer, "suite ", a.suite, ", case ", c.name, ": the manifest says \"level\": \"", level,
             "\" but its expected file is ", e.layer ? "a layer" : "an operator", " expected file");
     // The per-case "grad" decides (edge_large_logits is forward-only in a --grad suite); it must
     // match the expected file.
     e.grad = with_context("suite " + a.suite + ", case " + c.name,
                           [&] { return portkit::suite_case_grad(suite_grad, case_grad, e.grad); });
+    for (const auto& [n, shape] : expected_shapes(c, e.grad))
+      require(e.file.tensors.at(n).shape == shape, "suite ", a.suite, ", case ", c.name, ": expected tensor \"", n,
+              "\" has shape ", index_str(e.file.tensors.at(n).shape), " but the case needs ", index_str(shape));
+    require_same_dtype(a, e, "suite " + a.suite + " (case " + c.name + "'s expected file)");
     if (!a.dtype.empty()) e.dtype = a.dtype;
     c.dtype = e.dtype;
     c.grad = e.grad;
@@ -429,8 +501,10 @@ int run_suite(const Args& a) {
     }
     out.push_back(c);
   }
-  require(!out.empty(), "no case of ", (root / "manifest.json").string(), " matches --only \"", a.only, "\"");
-  return finish(out, a.json);
+  require(!out.empty(), "no case of ", mpath, " matches --only \"", a.only, "\"");
+  require(!a.min_judged || *a.min_judged <= static_cast<std::int64_t>(out.size()), "--min-judged ", *a.min_judged,
+          " exceeds the ", out.size(), " cases selected", a.only.empty() ? "" : " by --only", " from ", mpath);
+  return finish(out, a.json, a.min_judged);
 }
 
 const bool reg = add_command(
@@ -444,12 +518,19 @@ const bool reg = add_command(
       sub.add_option("--expected", a->expected,
                      "expected file from `orthros golden` for --case (default: run the oracle on the case now)")
           ->needs(c);
-      auto* s = sub.add_option("--suite", a->suite, "golden suite directory (with manifest.json)");
+      auto* s = sub.add_option("--suite", a->suite, "golden suite directory (with manifest.json), or its manifest.json");
       auto* d = sub.add_option("--actual-dir", a->actual_dir, "directory of the port's results, NAME.safetensors");
-      sub.add_option("--dtype", a->dtype, "dtype whose tolerance applies (default: the suite's / the case's)")
+      sub.add_option("--dtype", a->dtype,
+                     "--case without --expected: dtype whose tolerance applies (default: the case's); elsewhere it "
+                     "must equal the expected files' dtype")
           ->check(CLI::IsMember({"f64", "f32", "bf16", "f16"}));
       sub.add_option("--only", a->only, "--suite: check only cases whose name contains this")->needs(s);
-      sub.add_flag("--skip-missing", a->skip_missing, "--suite: report cases without a result file as skipped")
+      sub.add_flag("--skip-missing", a->skip_missing,
+                   "--suite: report cases without a result file as skipped (not judged) instead of failed")
+          ->needs(s);
+      sub.add_option("--min-judged", a->min_judged,
+                     "--suite: exit status 1 unless at least N cases were judged (with --skip-missing)")
+          ->check(CLI::PositiveNumber)
           ->needs(s);
       sub.add_flag("--json", a->json, "print the report as JSON (for CI)");
       // --case/--suite needing --actual/--actual-dir is checked below, not with CLI11 `needs`: CLI11

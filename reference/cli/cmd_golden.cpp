@@ -39,6 +39,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -859,10 +860,11 @@ const bool reg = add_command(
                      "op (default): attention-operator cases; layer: cases of the whole attention layer (x, "
                      "weights, KV cache -> y, y_out, cache after) at qwen3-8b and llama3.1-8b head shapes")
           ->check(CLI::IsMember({"op", "layer"}));
-      sub.add_option("--seed", a->seed, "seed of the inputs (default 20261013)");
+      sub.add_option("--seed", a->seed, "seed of the inputs (default 20261013)")
+          ->check(unsigned_up_to(std::numeric_limits<std::uint64_t>::max()));
       sub.add_flag("--grad", a->grad,
                    "also write the upstream gradients do, do_out (cases) and the expected gradients dq, dq_out, dk, "
-                   "dv with their E_X (expected files), for training kernels (issue 8)");
+                   "dv with their E_X (expected files), for training kernels");
       sub.add_flag("--force", a->force,
                    "write into a non-empty --out: the suite's files replace files of the same name, other files "
                    "are left as they are");

@@ -5,6 +5,7 @@
 
 #include "orthros/configs.hpp"
 #include "orthros/regimes.hpp"
+#include "orthros/safetensors.hpp"
 #include "verify_grad.hpp"
 
 #ifdef ORTHROS_HAVE_CUDA
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,8 +40,11 @@ struct VerifyArgs {
 
 /// Byte-level tokens of a text file: every byte is one token id in [0, 256).
 std::vector<int> read_tokens(const std::string& path) {
-  std::error_code ec;
-  require(!std::filesystem::is_directory(path, ec), "--text: '", path, "' is a directory, not a text file");
+  try {  // checked before opening: a FIFO or a device such as /dev/zero would block or never end
+    st::require_regular_file(path, "a text file");
+  } catch (const Error& e) {
+    throw Error(std::string("--text: ") + e.what());
+  }
   std::ifstream f(path, std::ios::binary);
   require(f.good(), "--text: cannot open '", path, "'");
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -198,7 +203,9 @@ const bool registered = add_command(
       sub.add_option("--seq-len", a->seq_len, "tokens T of the main sequence")
           ->check(CLI::Range(8, 1 << 16))
           ->capture_default_str();
-      sub.add_option("--seed", a->seed, "seed of the random weights")->capture_default_str();
+      sub.add_option("--seed", a->seed, "seed of the random weights")
+          ->check(unsigned_up_to(std::numeric_limits<unsigned>::max()))
+          ->capture_default_str();
       sub.add_option("--text", a->text, "text file, tokenized at byte level")->capture_default_str();
       sub.add_option("--dtype", a->dtype, "oracle precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
       sub.add_option("--device", a->device, "cpu: the oracle; cuda: the GPU kernels")

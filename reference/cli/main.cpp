@@ -31,6 +31,14 @@ int main(int argc, char** argv) {
   using namespace orthros::cli;
   CLI::App app{"orthros: reference oracle and verification suite for Orthros attention (arXiv 2610.13735)"};
   app.require_subcommand(1);
+#ifndef ORTHROS_VERSION
+#define ORTHROS_VERSION "unknown"
+#endif
+#ifdef ORTHROS_HAVE_CUDA
+  app.set_version_flag("--version", "orthros " ORTHROS_VERSION " (CPU oracle and CUDA kernels)");
+#else
+  app.set_version_flag("--version", "orthros " ORTHROS_VERSION " (CPU oracle; built without CUDA)");
+#endif
   std::map<std::string, std::function<int()>> actions;
   for (auto& [name, entry] : registry()) {
     CLI::App* sub = app.add_subcommand(name, entry.description);

@@ -14,6 +14,8 @@
 #include "orthros/regimes.hpp"
 #include "orthros/rope.hpp"
 #include "orthros/tensor.hpp"
+#include "numpy_mat.hpp"
+#include "py_args.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -27,106 +29,21 @@
 
 namespace py = pybind11;
 using orthros::Mat;
+using orthros::python::flat_f64;
+using orthros::python::from_mat;
+using orthros::python::np_dtype;
+using orthros::python::require_v_like_k;
+using orthros::python::shape_of;
+using orthros::python::shape_str;
+using orthros::python::to_mat3;
+using orthros::python::arg_array;
+using orthros::python::arg_optional_number;
+using orthros::python::arg_scale;
+using orthros::python::arg_str;
+using orthros::python::arg_window;
 using orthros::require;
 
 namespace {
-
-// ---- NumPy <-> Mat --------------------------------------------------------------------
-
-/// Shape of a NumPy array as int64s.
-std::vector<std::int64_t> shape_of(const py::array& a) {
-  std::vector<std::int64_t> s;
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<std::int64_t>(a.shape(i)));
-  return s;
-}
-
-std::string shape_str(const py::array& a) {
-  std::string s = "[";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + "]";
-}
-
-/// Name of the array's dtype ("f64", "f32", "f16") or throws for anything else.
-std::string np_dtype(const py::array& a, const char* name) {
-  const py::dtype dt = a.dtype();
-  if (dt.is(py::dtype::of<double>())) return "f64";
-  if (dt.is(py::dtype::of<float>())) return "f32";
-  if (dt.kind() == 'f' && dt.itemsize() == 2) return "f16";
-  throw orthros::Error(std::string(name) + " must be a float64, float32 or float16 array (got dtype " +
-                       py::str(static_cast<const py::handle&>(dt)).cast<std::string>() + ")");
-}
-
-/// Copies a `[rows, H, D]` NumPy array (any float dtype, any strides) into Mat<S> `[rows, H*D]`,
-/// rounding to S once, directly from the exact value (orthros::round_rne: round to nearest even,
-/// no double rounding through float32; exact when the values are representable in S).
-template <typename S>
-Mat<S> to_mat3(const py::array& a, const char* name, std::int64_t heads, std::int64_t dim) {
-  require(a.ndim() == 3, name, " must be a 3-d array [rows, heads, head_dim]; got shape ", shape_str(a));
-  if (heads >= 0)
-    require(a.shape(1) == heads, name, " must have ", heads, " heads (axis 1); got shape ", shape_str(a));
-  if (dim >= 0) require(a.shape(2) == dim, name, " must have head_dim ", dim, " (axis 2); got shape ", shape_str(a));
-  Mat<S> m(a.shape(0), a.shape(1) * a.shape(2));
-  const std::string dt = np_dtype(a, name);
-  auto fill = [&](auto tag) {
-    using T = decltype(tag);
-    auto c = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
-    const T* p = c.data();
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = orthros::round_rne<S>(static_cast<double>(p[i]));
-  };
-  if (dt == "f64") fill(double{});
-  else if (dt == "f32") fill(float{});
-  else {  // f16: read the raw bits through Eigen::half
-    auto c = py::array::ensure(a, py::array::c_style);
-    const auto* p = static_cast<const std::uint16_t*>(c.data());
-    for (Eigen::Index i = 0; i < m.size(); ++i)
-      m.data()[i] = orthros::round_rne<S>(static_cast<double>(Eigen::numext::bit_cast<Eigen::half>(p[i])));
-  }
-  return m;
-}
-
-/// Mat<S> `[rows, H*inner]` -> NumPy `[rows, H, inner]` (or `[rows, H]` when inner == 0) in the
-/// nearest NumPy dtype: f64 -> float64, f32/bf16 -> float32 (exact), f16 -> float16.
-template <typename S>
-py::array from_mat(const Mat<S>& m, std::int64_t heads, std::int64_t inner) {
-  std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(m.rows())};
-  if (inner > 0) {
-    shape.push_back(static_cast<py::ssize_t>(heads));
-    shape.push_back(static_cast<py::ssize_t>(inner));
-  } else {
-    shape.push_back(static_cast<py::ssize_t>(m.cols()));
-  }
-  if constexpr (std::is_same_v<S, double> || std::is_same_v<S, float>) {
-    py::array_t<S> out(shape);
-    std::memcpy(out.mutable_data(), m.data(), sizeof(S) * static_cast<size_t>(m.size()));
-    return std::move(out);
-  } else if constexpr (std::is_same_v<S, Eigen::half>) {
-    py::array out(py::dtype("float16"), shape);
-    std::memcpy(out.mutable_data(), m.data(), 2 * static_cast<size_t>(m.size()));
-    return out;
-  } else {
-    py::array_t<float> out(shape);
-    for (Eigen::Index i = 0; i < m.size(); ++i) out.mutable_data()[i] = static_cast<float>(m.data()[i]);
-    return std::move(out);
-  }
-}
-
-/// Flat float64 copy of any float NumPy array.
-std::vector<double> flat_f64(const py::array& a, const char* name) {
-  const std::string dt = np_dtype(a, name);
-  std::vector<double> out(static_cast<size_t>(a.size()));
-  if (dt == "f64") {
-    auto c = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
-    std::memcpy(out.data(), c.data(), sizeof(double) * out.size());
-  } else if (dt == "f32") {
-    auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = c.data()[i];
-  } else {
-    auto c = py::array::ensure(a, py::array::c_style);
-    const auto* p = static_cast<const std::uint16_t*>(c.data());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(Eigen::numext::bit_cast<Eigen::half>(p[i]));
-  }
-  return out;
-}
 
 // ---- attention ----------------------------------------------------------------------
 
@@ -136,6 +53,7 @@ py::dict attention_at(const py::array& q, const py::array& k, const py::array& v
   require(q.ndim() == 3, "q must be a 3-d array [T, H_q, D]; got shape ", shape_str(q));
   require(k.ndim() == 3, "k must be a 3-d array [P+T, H_kv, D]; got shape ", shape_str(k));
   const std::int64_t Hq = q.shape(1), D = q.shape(2), Hkv = k.shape(1);
+  require_v_like_k(k, v);
   Mat<S> mq = to_mat3<S>(q, "q", Hq, D), mk = to_mat3<S>(k, "k", Hkv, D), mv = to_mat3<S>(v, "v", Hkv, D),
          mqo = to_mat3<S>(q_out, "q_out", Hq, D);
   orthros::AttentionResult<S> r;
@@ -170,6 +88,7 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   py::dict d;
   d["name"] = r.name;
   d["shape"] = r.shape;
+  d["actual_shape"] = r.actual_shape;  // the port's shape (differs from "shape" when shape_ok is false)
   d["dtype"] = r.dtype;
   d["shape_ok"] = r.shape_ok;
   d["rel_fro"] = r.rel_fro;
@@ -192,6 +111,9 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   d["pass_finite"] = r.pass_finite;
   d["bad_rows"] = r.bad_rows;
   d["bad_row_count"] = r.bad_row_count;
+  py::list runs;  // every bad row, as (first, last) runs of consecutive rows
+  for (const auto& [first, last] : r.bad_row_ranges) runs.append(py::make_tuple(first, last));
+  d["bad_row_ranges"] = runs;
   d["pass"] = r.pass;
   return d;
 }
@@ -298,6 +220,7 @@ BackwardArgs<S> backward_args(const py::array& q, const py::array& k, const py::
   require(q.ndim() == 3, "q must be a 3-d array [T, H_q, D]; got shape ", shape_str(q));
   require(k.ndim() == 3, "k must be a 3-d array [P+T, H_kv, D]; got shape ", shape_str(k));
   const std::int64_t Hq = q.shape(1), D = q.shape(2), Hkv = k.shape(1);
+  require_v_like_k(k, v);
   BackwardArgs<S> a;
   a.q = to_mat3<S>(q, "q", Hq, D);
   a.k = to_mat3<S>(k, "k", Hkv, D);
@@ -393,10 +316,15 @@ py::dict check_backward_at(const py::object& result, const py::array& q, const p
                                              {r.rows(), H, a.dims.head_dim}, dtype, b);
     all = all && rep.pass;
     py::dict d = report_dict(rep);
-    std::vector<std::int64_t> pos;  // absolute positions: dq base rows, dq_out output rows, dk/dv cache rows
-    for (auto row : rep.bad_rows)
-      pos.push_back(kv ? row + 1 : (std::string(name) == "dq_out" ? P + T - T_out : P) + row + 1);
+    // absolute positions: dq base rows, dq_out output rows, dk/dv cache rows
+    const std::int64_t first_position = kv ? 1 : (std::string(name) == "dq_out" ? P + T - T_out : P) + 1;
+    std::vector<std::int64_t> pos;
+    for (auto row : rep.bad_rows) pos.push_back(first_position + row);
     d["bad_positions"] = pos;
+    py::list pos_runs;
+    for (const auto& [first, last] : rep.bad_row_ranges)
+      pos_runs.append(py::make_tuple(first_position + first, first_position + last));
+    d["bad_position_ranges"] = pos_runs;
     tensors[name] = d;
   }
   py::dict out;
@@ -524,7 +452,49 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
-  m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"), py::arg("window"),
+  // Arguments arrive as Python objects and are converted here (py_args.hpp): bad ones raise
+  // orthros.Error naming the parameter instead of pybind11's signature dump.
+  constexpr const char* kQ = "[T, H_q, D]";
+  constexpr const char* kKV = "[P+T, H_kv, D]";
+  constexpr const char* kQO = "[T_out, H_q, D]";
+  constexpr const char* kDtypes = "\"f64\", \"f32\", \"bf16\", \"f16\"";
+  auto attention_py = [=](py::object q, py::object k, py::object v, py::object q_out, py::object window,
+                          py::object scale, py::object precision) {
+    return attention(arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                     arg_array(q_out, "q_out", kQO), arg_window(window), arg_scale(scale),
+                     arg_str(precision, "precision", kDtypes, true));
+  };
+  auto check_py = [=](py::object actual, py::object reference, py::object dtype, py::object e_x, py::object name,
+                      py::object na) {
+    return check_tensor(arg_array(actual, "actual", "(the port's tensor)"),
+                        arg_array(reference, "reference", "(the float64 oracle's tensor)"),
+                        *arg_str(dtype, "dtype", kDtypes, false), arg_optional_number(e_x, "oracle_at_dtype_maxabs"),
+                        *arg_str(name, "name", "a tensor name", false),
+                        arg_str(na, "abs_na_reason", "a reason (a string)", true));
+  };
+  auto check_attention_py = [=](py::object result, py::object q, py::object k, py::object v, py::object q_out,
+                                py::object window, py::object scale, py::object dtype) {
+    return check_attention(result, arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                           arg_array(q_out, "q_out", kQO), arg_window(window), arg_scale(scale),
+                           *arg_str(dtype, "dtype", kDtypes, false));
+  };
+  auto attention_backward_py = [=](py::object q, py::object k, py::object v, py::object q_out, py::object dout,
+                                   py::object dout_out, py::object window, py::object scale, py::object precision) {
+    return attention_backward(arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                              arg_array(q_out, "q_out", kQO), arg_array(dout, "do", kQ),
+                              arg_array(dout_out, "do_out", kQO), arg_window(window), arg_scale(scale),
+                              arg_str(precision, "precision", kDtypes, true));
+  };
+  auto check_attention_backward_py = [=](py::object result, py::object q, py::object k, py::object v,
+                                         py::object q_out, py::object dout, py::object dout_out, py::object window,
+                                         py::object scale, py::object dtype) {
+    return check_attention_backward(result, arg_array(q, "q", kQ), arg_array(k, "k", kKV), arg_array(v, "v", kKV),
+                                    arg_array(q_out, "q_out", kQO), arg_array(dout, "do", kQ),
+                                    arg_array(dout_out, "do_out", kQO), arg_window(window), arg_scale(scale),
+                                    *arg_str(dtype, "dtype", kDtypes, false));
+  };
+
+  m.def("attention", attention_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"), py::arg("window"),
         py::arg("scale") = py::none(), py::arg("precision") = py::none(),
         R"doc(The Orthros attention operator (paper Eq. 2; SPEC §2, §5).
 
@@ -533,14 +503,14 @@ window >= 1 (keys, current token included); scale defaults to 1/sqrt(D).
 precision: None (the inputs' dtype) or "f64"/"f32"/"bf16"/"f16": the oracle at that precision
 (inputs rounded to it). Returns a dict with o [T, H_q, D], o_out [T_out, H_q, D], lse [T, H_q],
 lse_out [T_out, H_q] (natural log). Raises orthros.Error (a ValueError) on bad input.)doc");
-  m.def("check", &check_tensor, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
+  m.def("check", check_py, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
         py::arg("oracle_at_dtype_maxabs") = py::none(), py::arg("name") = "out", py::arg("abs_na_reason") = py::none(),
         R"doc(SPEC §6 on one tensor against a float64 reference; returns the report as a dict (key 'pass').
 
 oracle_at_dtype_maxabs: E_X, the max abs error of the oracle at `dtype` (required unless dtype is
 "f64", where it is 0). abs_na_reason instead of it: the naive oracle at `dtype` has no finite
 answer, so the max-abs criterion is not applicable (report: abs_tol None, abs_criterion "n/a (...)").)doc");
-  m.def("check_attention", &check_attention, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
+  m.def("check_attention", check_attention_py, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's attention outputs under SPEC §6.
 
@@ -551,10 +521,10 @@ max-abs criterion is not applicable: each report has abs_tol None and abs_criter
 "n/a (naive <dtype> oracle overflows: ...)", and the relative and NaN/Inf criteria decide.
 Returns {'pass': bool, 'dtype': str, 'tensors': {name: report}}. One assert:
     assert orthros.check_attention(out, q, k, v, q_out, window=w, dtype="bf16")["pass"])doc");
-  m.def("attention_backward", &attention_backward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"),
+  m.def("attention_backward", attention_backward_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_out"),
         py::arg("do"), py::arg("do_out"), py::arg("window"), py::arg("scale") = py::none(),
         py::arg("precision") = py::none(),
-        R"doc(Backward of the Orthros attention operator (issue 8; docs/SPEC.md "Backward").
+        R"doc(Backward of the Orthros attention operator (docs/SPEC.md "Backward").
 
 q [T, H_q, D], k and v [P+T, H_kv, D], q_out [T_out, H_q, D] as for attention(); do [T, H_q, D]
 = dL/do and do_out [T_out, H_q, D] = dL/do_out, the upstream gradients of the two streams.
@@ -570,7 +540,7 @@ H_q % H_kv != 0, T_out > T, a non-finite value in any array), and with a message
 "attention gradients overflow" (or "scaled scores q.k*scale overflow") when finite inputs have
 no finite answer at `precision`.
 Source: reference/include/orthros/attention_backward.hpp (orthros_attention_backward).)doc");
-  m.def("check_attention_backward", &check_attention_backward, py::arg("result"), py::arg("q"), py::arg("k"),
+  m.def("check_attention_backward", check_attention_backward_py, py::arg("result"), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("q_out"), py::arg("do"), py::arg("do_out"), py::arg("window"),
         py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's gradients under SPEC §6 (the rule of check_attention, per gradient).

@@ -200,9 +200,28 @@ File parse(const std::vector<std::uint8_t>& bytes) {
   return f;
 }
 
-File read_file(const std::string& path) {
+void require_regular_file(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  require(!std::filesystem::is_directory(path, ec), "\"", path, "\" is a directory, not a .safetensors file");
+  const fs::file_status s = fs::status(path, ec);  // stat(2): never opens, so never blocks
+  if (s.type() == fs::file_type::not_found) throw Error(cat("cannot open \"", path, "\": no such file"));
+  if (s.type() == fs::file_type::regular) return;
+  const char* kind = "a special file";
+  switch (s.type()) {
+    case fs::file_type::directory: kind = "a directory"; break;
+    case fs::file_type::fifo: kind = "a FIFO (named pipe)"; break;
+    case fs::file_type::character: kind = "a character device"; break;
+    case fs::file_type::block: kind = "a block device"; break;
+    case fs::file_type::socket: kind = "a socket"; break;
+    default:
+      if (ec) throw Error(cat("cannot open \"", path, "\": ", ec.message()));
+      break;
+  }
+  throw Error(cat("\"", path, "\" is ", kind, ", not ", what));
+}
+
+File read_file(const std::string& path) {
+  require_regular_file(path, "a .safetensors file");
   std::ifstream in(path, std::ios::binary);
   require(static_cast<bool>(in), "cannot open \"", path, "\": ", std::strerror(errno));
   std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -509,6 +509,24 @@ void hopper_vs_generic(const AttentionDims& d, Eigen::Index T, Eigen::Index P, E
   EXPECT_EQ(bitwise<float>(h.lse, g.lse, "lse"), "");
   EXPECT_EQ(bitwise<float>(h.lse_out, g.lse_out, "lse_out"), "");
 }
+// Runs everywhere, GPU or not (CI has none): without a usable device hopper_kernels_available()
+// answers false instead of throwing (cudaErrorNoDevice, cudaErrorInsufficientDriver); with one,
+// it answers whether the device is compute capability 9.0, and never throws.
+TEST(GpuAttention, HopperAvailabilityNeverThrows) {
+  const bool usable = gputest::no_gpu_reason().empty();
+  bool available = true;
+  EXPECT_NO_THROW(available = cuda::hopper_kernels_available()) << gputest::no_gpu_reason();
+  if (!usable) {
+    EXPECT_FALSE(available) << "no usable GPU (" << gputest::no_gpu_reason() << ") but the Hopper kernel is available";
+    return;
+  }
+  cudaDeviceProp prop{};
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
+  EXPECT_EQ(available, prop.major == 9 && prop.minor == 0) << prop.name << " sm_" << prop.major << prop.minor;
+}
+
 TEST(GpuAttention, HopperMatchesGeneric) {
   ORTHROS_REQUIRE_GPU();
   if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";

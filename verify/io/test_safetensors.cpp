@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace orthros::iotest {
@@ -452,5 +453,26 @@ TEST(SafetensorsErrors, CorruptedBytesNeverCrash) {
   EXPECT_GT(rejected, 0);
 }
 
+}  // namespace
+}  // namespace orthros::iotest
+
+namespace orthros::iotest {
+namespace {
+// Paths that are not regular files are refused by name before they are opened: opening a FIFO
+// without a writer blocks, and /dev/zero never ends (read_file would read forever).
+TEST(Safetensors, ReadFileRejectsWhatIsNotARegularFile) {
+  expect_error([] { st::read_file("/dev/zero"); }, "\"/dev/zero\" is a character device, not a .safetensors file");
+  const std::string dir = temp_path("a-directory");
+  std::filesystem::create_directories(dir);
+  expect_error([&] { st::read_file(dir); }, "is a directory, not a .safetensors file");
+  const std::string fifo = temp_path("a-fifo");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { st::read_file(fifo); }, "is a FIFO (named pipe), not a .safetensors file");
+  expect_error([&] { st::require_regular_file(fifo, "a text file"); }, "is a FIFO (named pipe), not a text file");
+  expect_error([&] { st::read_file(temp_path("missing")); }, "no such file");
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(dir);
+}
 }  // namespace
 }  // namespace orthros::iotest

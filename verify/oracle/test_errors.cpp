@@ -82,10 +82,14 @@ TEST(OperatorErrors, WrongKeyColumns) {
 TEST(OperatorErrors, KeyValueShapeMismatch) {
   Inputs in = valid_inputs();
   in.v = rmat(6, 16, 4);
-  expect_error(in, {"v must have the shape of k", "[7, 16]", "[6, 16]"});
+  // Named in the caller's layout [P+T, H_kv, D] (H_kv = 2, D = 8), the matrix shapes beside it.
+  expect_error(in, {"v must have the shape of k [P+T, H_kv, D] = [7, 2, 8] ([7, 16] as a matrix); got [6, 2, 8] ([6, 16])"});
   in = valid_inputs();
   in.v = rmat(7, 24, 5);
-  expect_error(in, {"v", "[7, 16]", "[7, 24]"});
+  expect_error(in, {"v", "[7, 2, 8]", "got [7, 3, 8] ([7, 24])"});
+  in = valid_inputs();
+  in.v = rmat(7, 12, 6);  // 12 columns: not a whole number of heads of D = 8
+  expect_error(in, {"got [7 rows, 12 columns] ([7, 12])"});
 }
 
 TEST(OperatorErrors, OutputQueriesExceedT) {

@@ -16,7 +16,10 @@ foreach(f include/orthros/attention.hpp lib/cmake/Orthros/OrthrosConfig.cmake
     message(FATAL_ERROR "cmake --install did not install ${f}")
   endif()
 endforeach()
+# A C++14 consumer: orthros::reference's cxx_std_17 must raise the standard of its compile (the
+# headers use std::is_same_v and if constexpr, which fail to compile as C++14).
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/find_package_consumer -B ${WORK}/build
-    -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_CXX_STANDARD=14)
 run(${CMAKE_COMMAND} --build ${WORK}/build)
 run(${WORK}/build/orthros_consumer)

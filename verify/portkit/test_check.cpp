@@ -456,6 +456,11 @@ RC_GTEST_PROP(CheckProperty, WindowOffByOneIsCaughtAtTheRightRows, ()) {
   std::vector<std::int64_t> expect;
   for (int i = 0; i < T; ++i)
     if (P + i >= w) expect.push_back(i);
+  // Every bad row, however many, as one run of consecutive rows [max(0, w-P), T-1].
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  if (!expect.empty()) runs.emplace_back(expect.front(), expect.back());
+  RC_ASSERT(r.bad_row_ranges == runs);
+  RC_ASSERT(r.bad_row_count == static_cast<std::int64_t>(expect.size()));
   if (expect.size() > oc::kMaxBadRows) expect.resize(oc::kMaxBadRows);
   RC_ASSERT(r.bad_rows == expect);
   RC_ASSERT(r.pass == expect.empty());
@@ -504,4 +509,26 @@ TEST(CheckCompare, ExactlyZeroReferenceIsJudgedByTheAbsBound) {
   ref2[0] = 1.0;
   r = oc::compare("dq", ref2, shape, ref2, shape, "bf16", 0.0);
   EXPECT_TRUE(r.rel_applicable);
+}
+
+// Bad rows are reported as runs of consecutive rows, all of them: rows 3..174 and 190 of a
+// [200, 2, 4] tensor (173 rows) give the runs {3, 174} and {190, 190}, while bad_rows keeps its
+// first kMaxBadRows rows and bad_row_count the total.
+TEST(CheckReport, BadRowsAreRunsOfConsecutiveRows) {
+  Rng rng(20261202);
+  const std::vector<std::int64_t> shape{200, 2, 4};
+  const std::vector<double> ref = random_vec(200 * 8, rng);
+  std::vector<double> out = ref;
+  auto spoil = [&](std::int64_t row) { out[static_cast<std::size_t>(row * 8 + 5)] += 0.5; };
+  for (std::int64_t row = 3; row <= 174; ++row) spoil(row);
+  spoil(190);
+  const oc::TensorReport r = oc::compare("o", out, shape, ref, shape, "f32", 1e-7);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.bad_row_count, 173);
+  EXPECT_EQ(r.bad_row_ranges, (std::vector<std::pair<std::int64_t, std::int64_t>>{{3, 174}, {190, 190}}));
+  ASSERT_EQ(r.bad_rows.size(), oc::kMaxBadRows);
+  EXPECT_EQ(r.bad_rows.front(), 3);
+  EXPECT_EQ(r.bad_rows.back(), 3 + static_cast<std::int64_t>(oc::kMaxBadRows) - 1);
+  const oc::TensorReport same = oc::compare("o", ref, shape, ref, shape, "f32", 1e-7);
+  EXPECT_TRUE(same.bad_row_ranges.empty());
 }

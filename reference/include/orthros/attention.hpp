@@ -191,8 +191,13 @@ AttentionResult<S> orthros_attention(const Mat<S>& q, const Mat<S>& k, const Mat
           " columns); got ", q_out.cols(), " columns");
   require(k.cols() == Index(Hkv) * D, "k must be [P+T, H_kv, D] = [P+T, ", Hkv, ", ", D, "] (", Hkv * D,
           " columns); got ", k.cols(), " columns");
-  require(v.rows() == k.rows() && v.cols() == k.cols(), "v must have the shape of k [", k.rows(), ", ", k.cols(),
-          "]; got [", v.rows(), ", ", v.cols(), "]");
+  if (v.rows() != k.rows() || v.cols() != k.cols()) {  // named as [P+T, H_kv, D], the layout a caller knows
+    const std::string got = v.cols() % D == 0 ? detail::cat("[", v.rows(), ", ", v.cols() / D, ", ", D, "]")
+                                              : detail::cat("[", v.rows(), " rows, ", v.cols(), " columns]");
+    throw Error(detail::cat("v must have the shape of k [P+T, H_kv, D] = [", k.rows(), ", ", Hkv, ", ", D, "] ([",
+                            k.rows(), ", ", k.cols(), "] as a matrix); got ", got, " ([", v.rows(), ", ", v.cols(),
+                            "])"));
+  }
   require(P >= 0, "k/v must hold P+T >= T rows (T = q rows = ", T, "); got ", k.rows(), " rows");
   require(T_out <= T, "T_out must be <= T (got T_out = ", T_out, ", T = ", T, ")");
   detail::require_finite(q, "q", D);

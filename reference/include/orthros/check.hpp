@@ -140,6 +140,10 @@ struct TensorReport {
   /// `kMaxBadRows` listed, ascending. Points a porter at the wrong tokens.
   std::vector<std::int64_t> bad_rows;
   std::int64_t bad_row_count = 0;    ///< total number of such rows (may exceed bad_rows.size())
+  /// Every such row as ascending, disjoint runs of consecutive rows `{first, last}` (inclusive;
+  /// a single row is `{r, r}`): all bad rows, not only the first kMaxBadRows, in as many runs as
+  /// the rows form (e.g. rows 3..174 are one run {3, 174}).
+  std::vector<std::pair<std::int64_t, std::int64_t>> bad_row_ranges;
 };
 
 /// Most rows listed in TensorReport::bad_rows.
@@ -254,6 +258,8 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
     if (bad && row != last_bad_row) {
       ++r.bad_row_count;
       if (r.bad_rows.size() < kMaxBadRows) r.bad_rows.push_back(row);
+      if (!r.bad_row_ranges.empty() && r.bad_row_ranges.back().second + 1 == row) r.bad_row_ranges.back().second = row;
+      else r.bad_row_ranges.emplace_back(row, row);
       last_bad_row = row;
     }
   }

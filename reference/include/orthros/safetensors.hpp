@@ -75,8 +75,17 @@ struct File {
 File parse(const std::vector<std::uint8_t>& bytes);
 
 /// Reads and parses `path` (see parse()). \throws orthros::Error naming the path when the
-/// file is missing or unreadable, and everything parse() throws (prefixed with the path).
+/// file is missing, not a regular file (require_regular_file(): checked before it is opened, so
+/// a FIFO or a device such as /dev/zero is rejected instead of blocking or reading forever) or
+/// unreadable, and everything parse() throws (prefixed with the path).
 File read_file(const std::string& path);
+
+/// Checks, without opening it, that `path` names a regular file (or a symbolic link to one).
+/// `what` names the expected kind of file for the message, e.g. "a .safetensors file".
+/// \throws orthros::Error `cannot open "<path>": no such file` when nothing is there, and
+///   `"<path>" is a directory|a FIFO (named pipe)|a character device|a block device|a socket,
+///   not <what>` for anything else.
+void require_regular_file(const std::string& path, const std::string& what);
 
 /// Serializes `f` to safetensors bytes, deterministically (see the file comment).
 /// \throws orthros::Error if a tensor's data size does not match its shape/dtype, a dim is

@@ -21,8 +21,15 @@ restated here). Gradients are judged when the suite has them (per case, as `orth
 
 When a case fails, AssertionError says which case, which tensor, why (rel, abs, nan/inf, shape),
 the errors and their bounds, the worst index with the actual and expected value, and the bad rows
-as absolute positions t (base rows t = P+i+1, output rows t = P+T-T_out+i+1, dk/dv rows are
-cache rows t = i+1), so a failure reads like the report of `orthros check`.
+(all of them, as runs of consecutive rows) as absolute positions t (base rows t = P+i+1, output
+rows t = P+T-T_out+i+1, dk/dv rows are cache rows t = i+1), so a failure reads like the report of
+`orthros check`. Under pytest the helper's own frames are hidden (`__tracebackhide__`): a
+failure shows the test's line and the message, not this module's source.
+
+`read_safetensors(path)` reads any .safetensors file with NumPy alone (a case, an expected file,
+a port's result): it returns `(tensors, metadata)`, a dict of NumPy arrays by name (BF16 widened
+to float32 exactly) and the `__metadata__` dict of strings; it raises ValueError naming the file
+for anything that is not a regular file, a truncated or malformed file, or an unsupported dtype.
 """
 import json
 import math
@@ -31,7 +38,7 @@ import os
 import numpy as np
 
 from . import _core
-from ._safetensors import read_safetensors  # one reader, shared with examples/pytorch_port/st_io.py
+from ._safetensors import read_safetensors, require_regular_file  # one reader, shared with examples/pytorch_port/st_io.py
 
 __all__ = ["GoldenCase", "assert_matches_golden", "golden_cases", "read_safetensors"]
 
@@ -92,8 +99,10 @@ class GoldenCase:
 
 
 def _manifest(suite_dir):
+    __tracebackhide__ = True
     path = os.path.join(os.fspath(suite_dir), "manifest.json")
     try:
+        require_regular_file(path, "a manifest.json file")
         with open(path) as f:
             m = json.load(f)
     except (OSError, ValueError) as e:
@@ -120,6 +129,7 @@ def golden_cases(suite_dir, grad=None, only=None, skip=None):
     False never, True requires them (ValueError for a forward-only suite). only: a substring (or
     list of substrings) of the case names to keep; skip: case names (or a predicate on the
     manifest entry) to leave out."""
+    __tracebackhide__ = True
     suite_dir = os.fspath(suite_dir)
     m = _manifest(suite_dir)
     suite_grad = m.get("grad")
@@ -156,15 +166,15 @@ def _as_numpy(x):
     return a
 
 
-def _ranges(values):
-    """'4-7, 9' from ascending integers."""
-    out, i = [], 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        out.append(str(values[i]) if j == i else f"{values[i]}-{values[j]}")
-        i = j + 1
+_MAX_RUNS_SHOWN = 16  # runs of bad rows written out per tensor (the report dict keeps all)
+
+
+def _ranges(runs, offset=0):
+    """'4-7, 9' from runs (first, last) of consecutive rows, each shifted by `offset`; past
+    _MAX_RUNS_SHOWN runs, ', ... (N more runs)'."""
+    out = [str(a + offset) if a == b else f"{a + offset}-{b + offset}" for a, b in runs[:_MAX_RUNS_SHOWN]]
+    if len(runs) > _MAX_RUNS_SHOWN:
+        out.append(f"... ({len(runs) - _MAX_RUNS_SHOWN} more runs)")
     return ", ".join(out)
 
 
@@ -182,6 +192,8 @@ def _judge(case, name, actual, expected, emeta):
         raise ValueError(f"case {case.name}: expected file lacks metadata oracle_at_dtype_maxabs.{name}")
     rep = _core.check(actual, expected[name], case.dtype, oracle_at_dtype_maxabs=e_x, name=name, abs_na_reason=na)
     rep["bad_positions"] = [case.position(name, r) for r in rep["bad_rows"]]
+    first = case.position(name, 0)
+    rep["bad_position_ranges"] = [(a + first, b + first) for a, b in rep["bad_row_ranges"]]
     return rep
 
 
@@ -196,7 +208,7 @@ def _describe(case, name, rep, expected_shape):
     if rep is None:
         return f"{name}: missing (the port's result has no {name!r})"
     if not rep["shape_ok"]:
-        return (f"{name} FAIL (shape): the port returned shape {list(rep['shape'])}, the suite expects "
+        return (f"{name} FAIL (shape): the port returned shape {list(rep['actual_shape'])}, the suite expects "
                 f"{list(expected_shape)}")
     abs_tol = "n/a" if rep["abs_tol"] is None else f"{rep['abs_tol']:.2e}"
     s = (f"{name} FAIL ({_why(rep)}): rel_err {rep['rel_fro']:.2e} (tol {rep['rel_tol']:.0e}), "
@@ -208,10 +220,10 @@ def _describe(case, name, rep, expected_shape):
         s += f", {rep['nan_count']} NaN {rep['inf_count']} Inf"
     n = rep["bad_row_count"]
     if n:
-        more = ", ..." if n > len(rep["bad_rows"]) else ""
         rows = expected_shape[0] if expected_shape else 0
-        s += (f"; {n} of {rows} rows bad: {'row' if n == 1 else 'rows'} {_ranges(rep['bad_rows'])}{more} = "
-              f"{'position' if n == 1 else 'positions'} t = {_ranges(rep['bad_positions'])}{more}")
+        runs = rep["bad_row_ranges"]
+        s += (f"; {n} of {rows} rows bad: {'row' if n == 1 else 'rows'} {_ranges(runs)} = "
+              f"{'position' if n == 1 else 'positions'} t = {_ranges(runs, case.position(name, 0))}")
     return s
 
 
@@ -231,8 +243,9 @@ def assert_matches_golden(port_fn, suite_dir, *, grad=None, only=None, skip=None
     is unreadable or nothing is selected. An exception from port_fn propagates with the case's
     name attached. Returns {"passed": [names], "failed": [names], "skipped": [names],
     "reports": {name: {"pass": bool, "grad": bool, "tensors": {tensor: report}}}} (reports are
-    orthros.check()'s dicts plus "bad_positions"). Writes no files.
+    orthros.check()'s dicts plus "bad_positions" and "bad_position_ranges"). Writes no files.
     """
+    __tracebackhide__ = True  # pytest: show the test's line and the message, not this function's source
     suite_dir = os.fspath(suite_dir)
     m = _manifest(suite_dir)
     result = {"passed": [], "failed": [], "skipped": [], "reports": {}}
