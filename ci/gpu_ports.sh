@@ -8,14 +8,18 @@
 # numpy, and the wheels nvidia-cudnn-frontend 1.32.0 and xformers 0.0.35 in .whl/ (installed
 # here --no-deps into /tmp/site; a library that does not import is reported as such, not fatal).
 # Suites (written here by `orthros golden`, seed 7): operator bf16 and f16 x tiny and qwen3-8b,
-# forward and --grad; layer bf16 and f16 x tiny and qwen3-8b. Subsets: PORTS_LIBS="cudnn flash",
-# PORTS_SUITES="op-tiny-bf16 op-grad-tiny-bf16 layer-tiny-bf16" (names below).
+# forward and --grad; layer bf16 and f16 (one layer suite covers the qwen3-8b, llama3.1-8b and tiny
+# shapes). Subsets: PORTS_LIBS="cudnn flash", PORTS_SUITES="op-tiny-bf16 op-grad-tiny-bf16 layer-bf16"
+# (names below); PORTS_DEVICE=cpu
+# for a dry run of the script without a GPU (FlexAttention forward only).
 # Writes under $OUT (or ./gpu-out)/ports/: LIB/SUITE.{log,txt,json} (adapter log, check report,
 # check --json) and summary.md (library x suite -> cases passed; every failure with its tensor,
 # error vs bound and --diagnose's cause; the conventions each self-check found), printed last.
 # Exit status: 0 when every adapter ran (failures of a library are results, not errors).
+# One device command may run 10 minutes: run one library per call (PORTS_LIBS=cudnn, =flash, =flex,
+# =xformers); each call writes its own summary.md (and regenerates the suites it needs, ~1 min).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH
 if [ -d ports-carry ]; then export LD_LIBRARY_PATH="$PWD/ports-carry:$LD_LIBRARY_PATH"; fi
 ORTHROS=${ORTHROS:-$( [ -x ports-carry/orthros ] && echo ports-carry/orthros || echo "$BIN/orthros")}
@@ -46,14 +50,14 @@ declare -A SUITE_ARGS=(
   [op-qwen3-8b-bf16]="--config qwen3-8b --dtype bf16" [op-qwen3-8b-f16]="--config qwen3-8b --dtype f16"
   [op-grad-tiny-bf16]="--config tiny --dtype bf16 --grad"        [op-grad-tiny-f16]="--config tiny --dtype f16 --grad"
   [op-grad-qwen3-8b-bf16]="--config qwen3-8b --dtype bf16 --grad" [op-grad-qwen3-8b-f16]="--config qwen3-8b --dtype f16 --grad"
-  [layer-tiny-bf16]="--level layer --config tiny --dtype bf16"   [layer-tiny-f16]="--level layer --config tiny --dtype f16"
-  [layer-qwen3-8b-bf16]="--level layer --config qwen3-8b --dtype bf16" [layer-qwen3-8b-f16]="--level layer --config qwen3-8b --dtype f16")
-ORDER="op-tiny-bf16 op-tiny-f16 op-qwen3-8b-bf16 op-qwen3-8b-f16 op-grad-tiny-bf16 op-grad-tiny-f16 op-grad-qwen3-8b-bf16 op-grad-qwen3-8b-f16 layer-tiny-bf16 layer-tiny-f16 layer-qwen3-8b-bf16 layer-qwen3-8b-f16"
+  [layer-bf16]="--level layer --dtype bf16"         [layer-f16]="--level layer --dtype f16")
+ORDER="op-tiny-bf16 op-tiny-f16 op-qwen3-8b-bf16 op-qwen3-8b-f16 op-grad-tiny-bf16 op-grad-tiny-f16 op-grad-qwen3-8b-bf16 op-grad-qwen3-8b-f16 layer-bf16 layer-f16"
 SUITES=${PORTS_SUITES:-$ORDER}
 LIBS=${PORTS_LIBS:-cudnn flash flex xformers}
 
 G="$P/golden"
 for s in $SUITES; do
+  [ -n "${SUITE_ARGS[$s]+x}" ] || { echo "gpu_ports: unknown suite $s (one of: $ORDER)" >&2; exit 2; }
   [ -f "$G/$s/manifest.json" ] && continue
   # shellcheck disable=SC2086
   "$ORTHROS" golden --out "$G/$s" --seed 7 ${SUITE_ARGS[$s]} >"$P/golden_$s.log" 2>&1 \
@@ -66,7 +70,7 @@ for lib in $LIBS; do
     echo "== $lib on $s"
     out="$P/$lib/$s.results"
     rm -rf "$out"
-    timeout "${PORTS_TIMEOUT:-300}" "$PY" "examples/ports/${lib}_port.py" --golden "$G/$s" --out "$out" --device cuda \
+    timeout "${PORTS_TIMEOUT:-240}" "$PY" "examples/ports/${lib}_port.py" --golden "$G/$s" --out "$out" --device "${PORTS_DEVICE:-cuda}" \
       >"$P/$lib/$s.log" 2>&1
     rc=$?
     grep -E "^\[$lib" "$P/$lib/$s.log" | grep -E "convention found|FAILED|results|skip" | head -20

@@ -29,6 +29,11 @@ def _flex(device):
     """flex_attention compiled on CUDA (its fused kernel); eager elsewhere (the unfused reference path)."""
     if str(device).startswith("cuda"):
         if "fn" not in _compiled:
+            # one compiled kernel per case shape: raise dynamo's recompile limit (default 8), past
+            # which it would fall back to the unfused eager path without an error
+            for knob in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, knob):
+                    setattr(torch._dynamo.config, knob, 1024)
             _compiled["fn"] = torch.compile(flex_attention, dynamic=False)
         return _compiled["fn"]
     return flex_attention

@@ -145,8 +145,8 @@ def layer_with(attention, t, meta, device, dtype):
 
 def run_suite(name, attention, golden, out, device, producer):
     """Runs `attention` (or layer_with(attention) on a layer suite) on every case of the suite and
-    writes OUT/NAME.safetensors (F32); cases raising Unsupported are skipped and listed in
-    OUT/skipped.json. Returns (written, skipped)."""
+    writes OUT/NAME.safetensors (F32); cases raising Unsupported (or any other exception: "raised
+    ...") are skipped and listed with the reason in OUT/skipped.json. Returns (written, skipped)."""
     import torch
     manifest = st_io.read_manifest(golden)
     dtype = torch_dtype(manifest["dtype"])
@@ -169,6 +169,10 @@ def run_suite(name, attention, golden, out, device, producer):
         except Unsupported as e:
             skipped[case["name"]] = str(e)
             print(f"[{name}] skip {case['name']}: {e}", flush=True)
+            continue
+        except Exception as e:  # the library raised on a valid case: recorded, and the run goes on
+            skipped[case["name"]] = f"raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            print(f"[{name}] ERROR on {case['name']}: {skipped[case['name']]}", flush=True)
             continue
         st_io.write(os.path.join(out, case["name"] + ".safetensors"), r, {"producer": producer}, "F32")
         written += 1

@@ -89,7 +89,7 @@ def main():
                 failures.append(f"- {lib} / {s} / `{c['name']}`: {'; '.join(parts)}; {diag}")
     print("\n### Failures\n")
     print("\n".join(failures) if failures else "none")
-    print("\n### Cases the library cannot express (skipped)\n")
+    print("\n### Cases skipped (what the library said, or raised)\n")
     print("\n".join(skips) if skips else "none")
 
 

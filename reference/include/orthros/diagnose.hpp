@@ -150,51 +150,56 @@ void run_stream(const Mat<double>& q, const Mat<double>& k, const Mat<double>& v
   o = Mat<double>::Zero(rows, Eigen::Index(Hq) * D);
   lse = Mat<double>::Zero(rows, Hq);
   dq = Mat<double>::Zero(rows, Eigen::Index(Hq) * D);
-  for (Eigen::Index i = 0; i < rows; ++i)
-    for (int h = 0; h < Hq; ++h) {
-      const int kvh = v.gqa_modulo ? h % Hkv : h / group;
-      const Eigen::Index a = std::max<Eigen::Index>(0, lo(i)), b = std::min<Eigen::Index>(k.rows() - 1, hi(i));
-      if (b < a) {  // no key: an empty softmax (o = 0, lse = -inf would not be finite: report a huge negative)
-        lse(i, h) = -std::numeric_limits<double>::max();
-        continue;
-      }
-      const double* qi = q.data() + i * q.cols() + h * D;
-      std::vector<double> p(static_cast<size_t>(b - a + 1));
-      double m = -std::numeric_limits<double>::infinity();
-      for (Eigen::Index j = a; j <= b; ++j) {
-        const double* kj = k.data() + j * k.cols() + kvh * D;
-        double s = 0;
-        for (int e = 0; e < D; ++e) s += qi[e] * kj[e];
-        p[j - a] = s * v.scale;
-        m = std::max(m, p[j - a]);
-      }
-      double l = 0;
-      for (double& x : p) l += (x = std::exp(x - m));
-      for (double& x : p) x /= l;
-      lse(i, h) = (m + std::log(l)) * (v.lse_log2 ? 1.4426950408889634 : 1.0);
-      for (Eigen::Index j = a; j <= b; ++j)
-        for (int e = 0; e < D; ++e) o(i, h * D + e) += p[j - a] * vv(j, kvh * D + e);
-      if (!dout) continue;
-      const double* gi = dout->data() + i * dout->cols() + h * D;
-      std::vector<double> dp(p.size());
-      double delta = 0;
-      for (Eigen::Index j = a; j <= b; ++j) {
-        double x = 0;
-        for (int e = 0; e < D; ++e) x += gi[e] * vv(j, kvh * D + e);
-        dp[j - a] = x;
-        delta += p[j - a] * x;
-      }
-      for (Eigen::Index j = a; j <= b; ++j) {
-        const double ds = p[j - a] * (dp[j - a] - delta);
-        for (int e = 0; e < D; ++e) {
-          dq(i, h * D + e) += v.scale * ds * k(j, kvh * D + e);
-          if (into_kv) {
-            dk(j, kvh * D + e) += v.scale * ds * qi[e];
-            dvv(j, kvh * D + e) += p[j - a] * gi[e];
+  // One thread per KV head: every query head writes only its own columns of o, lse, dq, and the
+  // query heads reading KV head g write only g's columns of dk, dv (no two threads share a value).
+#pragma omp parallel for schedule(dynamic) if (rows * k.rows() * Hq * D >= (Eigen::Index(1) << 20))
+  for (int g = 0; g < Hkv; ++g)
+    for (int h = 0; h < Hq; ++h)
+      for (Eigen::Index i = 0; i < rows; ++i) {
+        const int kvh = v.gqa_modulo ? h % Hkv : h / group;
+        if (kvh != g) continue;
+        const Eigen::Index a = std::max<Eigen::Index>(0, lo(i)), b = std::min<Eigen::Index>(k.rows() - 1, hi(i));
+        if (b < a) {  // no key: an empty softmax (o = 0, lse = -inf would not be finite: report a huge negative)
+          lse(i, h) = -std::numeric_limits<double>::max();
+          continue;
+        }
+        const double* qi = q.data() + i * q.cols() + h * D;
+        std::vector<double> p(static_cast<size_t>(b - a + 1));
+        double m = -std::numeric_limits<double>::infinity();
+        for (Eigen::Index j = a; j <= b; ++j) {
+          const double* kj = k.data() + j * k.cols() + kvh * D;
+          double s = 0;
+          for (int e = 0; e < D; ++e) s += qi[e] * kj[e];
+          p[j - a] = s * v.scale;
+          m = std::max(m, p[j - a]);
+        }
+        double l = 0;
+        for (double& x : p) l += (x = std::exp(x - m));
+        for (double& x : p) x /= l;
+        lse(i, h) = (m + std::log(l)) * (v.lse_log2 ? 1.4426950408889634 : 1.0);
+        for (Eigen::Index j = a; j <= b; ++j)
+          for (int e = 0; e < D; ++e) o(i, h * D + e) += p[j - a] * vv(j, kvh * D + e);
+        if (!dout) continue;
+        const double* gi = dout->data() + i * dout->cols() + h * D;
+        std::vector<double> dp(p.size());
+        double delta = 0;
+        for (Eigen::Index j = a; j <= b; ++j) {
+          double x = 0;
+          for (int e = 0; e < D; ++e) x += gi[e] * vv(j, kvh * D + e);
+          dp[j - a] = x;
+          delta += p[j - a] * x;
+        }
+        for (Eigen::Index j = a; j <= b; ++j) {
+          const double ds = p[j - a] * (dp[j - a] - delta);
+          for (int e = 0; e < D; ++e) {
+            dq(i, h * D + e) += v.scale * ds * k(j, kvh * D + e);
+            if (into_kv) {
+              dk(j, kvh * D + e) += v.scale * ds * qi[e];
+              dvv(j, kvh * D + e) += p[j - a] * gi[e];
+            }
           }
         }
       }
-    }
 }
 
 }  // namespace detail

@@ -9,6 +9,8 @@ The float64 oracle is recomputed under each mistake of reference/include/orthros
 h % H_kv, the output query at t+1, dk/dv without the output stream, the two streams swapped);
 a mistake whose result the port's reproduces within SPEC §6 (every tensor judged) is the cause.
 """
+import math
+
 from . import _core
 
 __all__ = ["diagnose", "summary"]
@@ -97,7 +99,9 @@ def for_golden_case(case, out, emeta, failing):
             if hasattr(a, "detach") and hasattr(a, "cpu"):  # torch.Tensor, without importing torch
                 a = a.detach().cpu().float().numpy()
             res[n] = np.asarray(a, dtype=np.float64)
-        d = diagnose(res, case.q, case.k, case.v, case.q_out, case.window, case.scale, case.dtype,
+        D = case.q.shape[2]
+        scale = None if abs(case.scale * math.sqrt(D) - 1.0) < 1e-15 else case.scale  # None: the default 1/sqrt(D)
+        d = diagnose(res, case.q, case.k, case.v, case.q_out, case.window, scale, case.dtype,
                      case.do if case.grad else None, case.do_out if case.grad else None, e_x, na)
         return "diagnose: " + summary(d, failing)
     except Exception as e:  # the failure report must not be lost to the diagnosis
