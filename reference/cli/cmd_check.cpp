@@ -146,8 +146,6 @@ void print_case(const CaseReport& c) {
     return;
   }
   if (c.skipped) return;
-  if (!c.pass)  // --diagnose: a passing case has nothing to diagnose (its JSON says so)
-    for (const auto& line : c.diagnosis.lines) std::printf("    %s\n", line.c_str());
   const int nw = c.layer ? 13 : 8;  // tensor-name column: k_cache_after is 13 wide
   std::printf("    %-*s %-14s %-21s %-21s %-9s %-14s %-25s %4s %4s  %s\n", nw, "tensor", "shape", "rel_err (tol)",
               "max_abs (tol)", "max_rel", "worst", "actual / expected", "NaN", "Inf", "result");
@@ -205,6 +203,8 @@ void print_case(const CaseReport& c) {
                 one ? "position" : "positions", ranges(r.bad_rows, position(c, r.name, 0)).c_str(),
                 r.bad_row_count > (std::int64_t)r.bad_rows.size() ? ", ..." : "");
   }
+  if (!c.pass)  // --diagnose: a passing case has nothing to diagnose (its JSON says so)
+    for (const auto& line : c.diagnosis.lines) std::printf("    %s\n", line.c_str());
 }
 
 json tensor_json(const check::TensorReport& r, const CaseReport& c) {

@@ -216,9 +216,10 @@ inline Tensors run(const CaseInputs& c, const Convention& v) {
   const bool swap_q = v.queries_swapped && T_out == T;
   const Mat<double>& qb = swap_q ? c.q_out : c.q;
   const Mat<double>& qo = swap_q ? c.q : c.q_out;
+  // The upstream gradients belong to the result slots (o gets do, o_out do_out) whatever queries
+  // fill them; with swapped queries the base slot's dq is the gradient of q_out and vice versa.
   const Mat<double>* gb = c.dout ? &*c.dout : nullptr;
   const Mat<double>* go = c.dout_out ? &*c.dout_out : nullptr;
-  if (swap_q) std::swap(gb, go);
   Tensors t;
   Mat<double> dk = Mat<double>::Zero(c.k.rows(), c.k.cols()), dv = dk, dq, dq_out;
   const std::int64_t lb = v.lookback;
@@ -237,8 +238,8 @@ inline Tensors run(const CaseInputs& c, const Convention& v) {
                        !v.dkv_without_out, t["o_out"], t["lse_out"], dq_out, dk, dv);
   }
   if (c.dout) {
-    t["dq"] = dq;
-    t["dq_out"] = dq_out;
+    t["dq"] = swap_q ? dq_out : dq;
+    t["dq_out"] = swap_q ? dq : dq_out;
     t["dk"] = dk;
     t["dv"] = dv;
   }
