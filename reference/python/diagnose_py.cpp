@@ -98,8 +98,16 @@ py::dict diagnose_binding(const py::object& result, const py::array& q, const py
 
 }  // namespace
 
-/// Registers `_diagnose` on the module (called from orthros_py.cpp's module definition).
+/// Registers `_diagnose` and the LSE floor helpers of check.hpp on the module (called from
+/// orthros_py.cpp's module definition).
 void bind_diagnose(py::module_& m) {
+  m.def("lse_max_keys", &orthros::check::lse_max_keys, py::arg("name"), py::arg("P"), py::arg("T"),
+        py::arg("T_out"), py::arg("window"),
+        "Most keys a row of result tensor `name` sees (SPEC §2): lse min(window, P+T), lse_out P+T (0 when T_out "
+        "= 0), 0 for any other tensor; the lse_max_keys argument of check().");
+  m.def("lse_f32_floor", &orthros::check::lse_f32_floor, py::arg("max_abs_lse"), py::arg("max_keys"),
+        "The float32 LSE floor of SPEC §6: 2^-24 (5 max_abs_lse + 6 ln max_keys), derivation in "
+        "reference/include/orthros/check.hpp.");
   m.def("_diagnose", &diagnose_binding, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale"), py::arg("dtype"), py::arg("do"), py::arg("do_out"),
         py::arg("oracle_at_dtype_maxabs"), py::arg("abs_na_reason"),

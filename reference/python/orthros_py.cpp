@@ -518,7 +518,7 @@ void bind_model(py::module_& m, const char* model_name, const char* cache_name) 
 
 }  // namespace
 
-void bind_diagnose(py::module_& m);  // diagnose_py.cpp
+void bind_diagnose(py::module_& m);  // diagnose_py.cpp: _diagnose, lse_max_keys, lse_f32_floor
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Orthros attention CPU oracle (arXiv 2610.13735): attention operator, SPEC §6 checker, model regimes";
@@ -600,13 +600,6 @@ dq_out: P+T-T_out+row+1, dk/dv: cache row + 1). Raises orthros.Error on bad inpu
 without one of the four gradients. One assert:
     assert orthros.check_attention_backward(grads, q, k, v, q_out, do, do_out, window=w, dtype="bf16")["pass"]
 Source: reference/python/orthros_py.cpp, reference/include/orthros/check.hpp.)doc");
-  m.def("lse_max_keys", &orthros::check::lse_max_keys, py::arg("name"), py::arg("P"), py::arg("T"),
-        py::arg("T_out"), py::arg("window"),
-        "Most keys a row of result tensor `name` sees (SPEC §2): lse min(window, P+T), lse_out P+T (0 when T_out "
-        "= 0), 0 for any other tensor; the lse_max_keys argument of check().");
-  m.def("lse_f32_floor", &orthros::check::lse_f32_floor, py::arg("max_abs_lse"), py::arg("max_keys"),
-        "The float32 LSE floor of SPEC §6: 2^-24 (5 max_abs_lse + 6 ln max_keys), derivation in "
-        "reference/include/orthros/check.hpp.");
   m.def("rel_tolerance", &orthros::check::rel_tolerance, py::arg("dtype"),
         "Relative Frobenius tolerance of SPEC §6 for dtype f64/f32/bf16/f16.");
   m.def(

@@ -155,6 +155,20 @@ class TestingDiagnosisTest(unittest.TestCase):
                     self.assertIn(f"diagnose: cause: {mistake}: ", str(cm.exception))
             orthros.testing.assert_matches_golden(port("none"), suite, only="sft")
 
+    def test_lse_floor_in_python(self):
+        import numpy as np
+        import orthros
+        ref = np.array([[234.0, -200.0], [5.0, 1.0]])
+        act = ref + np.array([[3e-5, 0.0], [0.0, 0.0]])   # 2 ulp of 234: within F, not within 1e-6
+        self.assertFalse(orthros.check(act, ref, "f32", oracle_at_dtype_maxabs=0.0, name="lse")["pass"])
+        r = orthros.check(act, ref, "f32", oracle_at_dtype_maxabs=0.0, name="lse", lse_max_keys=8)
+        self.assertTrue(r["pass"], r)
+        self.assertAlmostEqual(r["lse_f32_floor"], orthros.lse_f32_floor(234.0, 8), delta=1e-18)
+        self.assertAlmostEqual(r["abs_tol"], 1e-6 + r["lse_f32_floor"], delta=1e-18)
+        self.assertEqual(orthros.lse_max_keys("lse", 3, 20, 4, 8), 8)
+        self.assertEqual(orthros.lse_max_keys("lse_out", 3, 20, 4, 8), 23)
+        self.assertEqual(orthros.check(act, ref, "f64", name="lse", lse_max_keys=8)["lse_f32_floor"], 0.0)
+
     def test_diagnose_measures_e_x_itself(self):
         import numpy as np
         import orthros
