@@ -22,7 +22,9 @@ restated here). Gradients are judged when the suite has them (per case, as `orth
 When a case fails, AssertionError says which case, which tensor, why (rel, abs, nan/inf, shape),
 the errors and their bounds, the worst index with the actual and expected value, and the bad rows
 as absolute positions t (base rows t = P+i+1, output rows t = P+T-T_out+i+1, dk/dv rows are
-cache rows t = i+1), so a failure reads like the report of `orthros check`.
+cache rows t = i+1), so a failure reads like the report of `orthros check`, and a `diagnose:` line
+names the known convention mistake the result matches, as `orthros check --diagnose` does
+(orthros.diagnosis).
 """
 import json
 import math
