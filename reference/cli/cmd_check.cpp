@@ -1,6 +1,8 @@
 // `orthros check`: validates a port's attention outputs against the float64 oracle under SPEC §6.
-//   orthros check --case CASE --actual RESULT [--expected EXPECTED] [--dtype X] [--json]
-//   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--min-judged N] [--json]
+//   orthros check --case CASE --actual RESULT [--expected EXPECTED] [--dtype X] [--json] [--diagnose]
+//   orthros check --suite DIR --actual-dir DIR2 [--only SUBSTR] [--skip-missing] [--min-judged N] [--json] [--diagnose]
+// --diagnose: for each failing operator case, which known convention mistake reproduces the
+// port's result (check_diagnose.hpp, orthros/diagnose.hpp), or that none does.
 // Per tensor (o, o_out, lse, lse_out; and dq, dq_out, dk, dv when the expected results hold
 // gradients: a case of a suite written with `orthros golden --grad` whose manifest entry says
 // "grad": true, or a --case holding do/do_out; a "grad": false case of such a suite, e.g.
@@ -17,6 +19,7 @@
 // case files (holding x, x_out, the weights and k_cache/v_cache) are judged the same way on y
 // [T, d_model], y_out [T_out, d_model], k_cache_after and v_cache_after [P+T, H_kv, D]: y rows are
 // positions P+i+1, y_out rows P+T-T_out+i+1, cache rows i+1.
+#include "check_diagnose.hpp"
 #include "command.hpp"
 #include "layer_suite.hpp"
 #include "portkit.hpp"
@@ -54,6 +57,7 @@ struct CaseReport {
   bool forward_only = false;  ///< a "grad": false case of a --grad suite (only the forward judged)
   bool layer = false;         ///< a layer case (y, y_out, k_cache_after, v_cache_after judged)
   std::int64_t d_model = 0;   ///< layer cases: width of x and y
+  DiagnosisReport diagnosis;  ///< --diagnose (empty otherwise)
 };
 
 /// "a, b, c and d" from the names a result must hold.
@@ -82,7 +86,8 @@ void compare_outputs(CaseReport& c, const portkit::Expected& expected, const st:
     require(it != actual.tensors.end(), "the result file has no tensor \"", n, "\" (needs o, o_out, lse, lse_out",
             expected.grad ? "; the expected results include gradients, so also dq, dq_out, dk, dv" : "", ")");
     check::TensorReport r = check::compare(n, portkit::values(it->second), it->second.shape, portkit::values(ref),
-                                           ref.shape, expected.dtype, expected.oracle_err.at(n));
+                                           ref.shape, expected.dtype, expected.oracle_err.at(n),
+                                           check::lse_max_keys(n, c.P, c.T, c.T_out, c.window));
     c.pass = c.pass && r.pass;
     c.tensors.push_back(std::move(r));
   }
@@ -202,6 +207,8 @@ void print_case(const CaseReport& c) {
                 ranges(r.bad_row_ranges, 0).c_str(), one ? "position" : "positions",
                 ranges(r.bad_row_ranges, position(c, r.name, 0)).c_str());
   }
+  if (!c.pass)  // --diagnose: a passing case has nothing to diagnose (its JSON says so)
+    for (const auto& line : c.diagnosis.lines) std::printf("    %s\n", line.c_str());
 }
 
 json tensor_json(const check::TensorReport& r, const CaseReport& c) {
@@ -219,6 +226,7 @@ json tensor_json(const check::TensorReport& r, const CaseReport& c) {
               {"max_abs", num(r.max_abs)},
               {"abs_tol", r.abs_applicable ? json(r.abs_tol) : json(nullptr)},
               {"oracle_at_dtype_maxabs", r.abs_applicable ? json(r.oracle_at_dtype_maxabs) : json(nullptr)},
+              {"lse_f32_floor", r.lse_floor},
               {"abs_criterion", r.abs_applicable ? json("applied") : json(r.abs_note)},
               {"max_rel", num(r.max_rel)}, {"worst_index", r.worst_index},
               {"worst_actual", num(r.worst_actual)}, {"worst_expected", num(r.worst_ref)},
@@ -243,6 +251,7 @@ json case_json(const CaseReport& c) {
   if (c.grad) j["grad"] = true;  // only then (or below): forward-only suites' reports keep their keys
   if (c.forward_only) j["grad"] = false;  // a forward-only case of a --grad suite
   if (!c.error.empty()) j["error"] = c.error;
+  if (!c.diagnosis.json.is_null()) j["diagnosis"] = c.diagnosis.json;
   return j;
 }
 
@@ -287,7 +296,7 @@ int finish(const std::vector<CaseReport>& cases, bool as_json, std::optional<std
 
 struct Args {
   std::string case_path, actual, expected, dtype, suite, actual_dir, only;
-  bool json = false, skip_missing = false;
+  bool json = false, skip_missing = false, diagnose = false;
   std::optional<std::int64_t> min_judged;  ///< --min-judged N (--suite)
 };
 
@@ -314,7 +323,9 @@ bool read_actual(CaseReport& c, const std::string& path, st::File& out) {
 }
 
 /// Compares the port's result file with `e`; result-file problems become c.error (a failure).
-void check_result(CaseReport& c, const portkit::Expected& e, const std::string& actual_path) {
+/// With `case_path` (--diagnose) a judged case also gets c.diagnosis (a bad case file throws).
+void check_result(CaseReport& c, const portkit::Expected& e, const std::string& actual_path,
+                  const std::string& case_path = "") {
   st::File actual;
   if (!read_actual(c, actual_path, actual)) return;
   try {
@@ -324,6 +335,9 @@ void check_result(CaseReport& c, const portkit::Expected& e, const std::string& 
     c.tensors.clear();
     c.error = "result file " + actual_path + ": " + err.what();
   }
+  if (!case_path.empty() && c.error.empty())
+    c.diagnosis = with_context("--diagnose, case " + case_path,
+                               [&] { return diagnose_case(st::read_file(case_path), e, actual, c.tensors); });
 }
 
 /// The shapes the expected results of case `c` must have (from the case's T, P, T_out, heads,
@@ -399,7 +413,7 @@ int run_case(const Args& a) {
   if (!a.dtype.empty()) e.dtype = a.dtype;
   c.dtype = e.dtype;
   c.grad = e.grad;
-  check_result(c, e, a.actual);
+  check_result(c, e, a.actual, a.diagnose ? a.case_path : "");
   return finish({c}, a.json);
 }
 
@@ -497,7 +511,7 @@ int run_suite(const Args& a) {
       c.pass = false;
       if (!c.skipped) c.error = "no result file " + actual.string();
     } else {
-      check_result(c, e, actual.string());
+      check_result(c, e, actual.string(), a.diagnose ? (root / jc.value("file", std::string())).string() : "");
     }
     out.push_back(c);
   }
@@ -533,6 +547,9 @@ const bool reg = add_command(
           ->check(CLI::PositiveNumber)
           ->needs(s);
       sub.add_flag("--json", a->json, "print the report as JSON (for CI)");
+      sub.add_flag("--diagnose", a->diagnose,
+                   "for a failing case, name the known convention mistake (window w+-1, LSE in log2, top-left "
+                   "causal alignment, scale, GQA mapping, ...) whose oracle the port's result matches");
       // --case/--suite needing --actual/--actual-dir is checked below, not with CLI11 `needs`: CLI11
       // checks an option's `needs` before its `excludes`, so `--suite X --case Y` would report the
       // missing --actual instead of the conflict.

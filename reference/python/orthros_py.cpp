@@ -106,6 +106,7 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
   d["oracle_at_dtype_maxabs"] =
       r.abs_applicable ? py::object(py::float_(r.oracle_at_dtype_maxabs)) : py::object(py::none());
   d["abs_criterion"] = r.abs_applicable ? std::string("applied") : r.abs_note;
+  d["lse_f32_floor"] = r.lse_floor;  // F of check.hpp lse_f32_floor() inside abs_tol (lse/lse_out), else 0
   d["pass_rel"] = r.pass_rel;
   d["pass_abs"] = r.pass_abs;
   d["pass_finite"] = r.pass_finite;
@@ -120,7 +121,7 @@ py::dict report_dict(const orthros::check::TensorReport& r) {
 
 py::dict check_tensor(const py::array& actual, const py::array& reference, const std::string& dtype,
                       std::optional<double> oracle_at_dtype_maxabs, const std::string& name,
-                      std::optional<std::string> abs_na_reason) {
+                      std::optional<std::string> abs_na_reason, std::int64_t lse_max_keys) {
   orthros::check::rel_tolerance(dtype);  // validates the name
   orthros::check::AbsBaseline b;
   if (oracle_at_dtype_maxabs) {
@@ -136,7 +137,8 @@ py::dict check_tensor(const py::array& actual, const py::array& reference, const
     b = orthros::check::AbsBaseline::of(0.0);
   }
   return report_dict(orthros::check::compare(name, flat_f64(actual, "actual"), shape_of(actual),
-                                             flat_f64(reference, "reference"), shape_of(reference), dtype, b));
+                                             flat_f64(reference, "reference"), shape_of(reference), dtype, b,
+                                             lse_max_keys));
 }
 
 /// Runs the float64 oracle and the oracle at `dtype` on the case, then SPEC §6 on each of the
@@ -190,8 +192,11 @@ py::dict check_attention(const py::object& result, const py::array& q, const py:
       for (size_t i = 0; i < r64.size(); ++i) e = std::max(e, std::abs(l64[i] - r64[i]));
       b = orthros::check::AbsBaseline::of(e);
     }
+    const std::int64_t T = q.ndim() >= 1 ? q.shape(0) : 0, T_out = q_out.ndim() >= 1 ? q_out.shape(0) : 0;
+    const std::int64_t P = (k.ndim() >= 1 ? k.shape(0) : 0) - T;  // the oracle above validated the shapes
     auto rep = orthros::check::compare(name, flat_f64(act, name), shape_of(act), r64,
-                                       shape_of(ref[name].cast<py::array>()), dtype, b);
+                                       shape_of(ref[name].cast<py::array>()), dtype, b,
+                                       orthros::check::lse_max_keys(name, P, T, T_out, window));
     all = all && rep.pass;
     tensors[name] = report_dict(rep);
   }
@@ -441,8 +446,11 @@ void bind_model(py::module_& m, const char* model_name, const char* cache_name) 
 
 }  // namespace
 
+void bind_diagnose(py::module_& m);  // diagnose_py.cpp: _diagnose, lse_max_keys, lse_f32_floor
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Orthros attention CPU oracle (arXiv 2610.13735): attention operator, SPEC §6 checker, model regimes";
+  bind_diagnose(m);
   static py::exception<orthros::Error> error(m, "Error", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -465,12 +473,13 @@ PYBIND11_MODULE(_core, m) {
                      arg_str(precision, "precision", kDtypes, true));
   };
   auto check_py = [=](py::object actual, py::object reference, py::object dtype, py::object e_x, py::object name,
-                      py::object na) {
+                      py::object na, py::object lse_max_keys) {
     return check_tensor(arg_array(actual, "actual", "(the port's tensor)"),
                         arg_array(reference, "reference", "(the float64 oracle's tensor)"),
                         *arg_str(dtype, "dtype", kDtypes, false), arg_optional_number(e_x, "oracle_at_dtype_maxabs"),
                         *arg_str(name, "name", "a tensor name", false),
-                        arg_str(na, "abs_na_reason", "a reason (a string)", true));
+                        arg_str(na, "abs_na_reason", "a reason (a string)", true),
+                        arg_count(lse_max_keys, "lse_max_keys"));
   };
   auto check_attention_py = [=](py::object result, py::object q, py::object k, py::object v, py::object q_out,
                                 py::object window, py::object scale, py::object dtype) {
@@ -505,11 +514,15 @@ precision: None (the inputs' dtype) or "f64"/"f32"/"bf16"/"f16": the oracle at t
 lse_out [T_out, H_q] (natural log). Raises orthros.Error (a ValueError) on bad input.)doc");
   m.def("check", check_py, py::arg("actual"), py::arg("reference"), py::arg("dtype"),
         py::arg("oracle_at_dtype_maxabs") = py::none(), py::arg("name") = "out", py::arg("abs_na_reason") = py::none(),
+        py::arg("lse_max_keys") = 0,
         R"doc(SPEC §6 on one tensor against a float64 reference; returns the report as a dict (key 'pass').
 
 oracle_at_dtype_maxabs: E_X, the max abs error of the oracle at `dtype` (required unless dtype is
 "f64", where it is 0). abs_na_reason instead of it: the naive oracle at `dtype` has no finite
-answer, so the max-abs criterion is not applicable (report: abs_tol None, abs_criterion "n/a (...)").)doc");
+answer, so the max-abs criterion is not applicable (report: abs_tol None, abs_criterion "n/a (...)").
+lse_max_keys: for an LSE tensor (lse, lse_out) the most keys one of its rows sees (lse: min(w, P+T),
+lse_out: P+T); when > 0 and dtype is not f64 the abs bound gains the float32 LSE floor
+F = 2^-24 (5 max|reference| + 6 ln lse_max_keys) (SPEC §6; report key 'lse_f32_floor').)doc");
   m.def("check_attention", check_attention_py, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's attention outputs under SPEC §6.

@@ -54,6 +54,19 @@ inline std::int64_t arg_window(const py::handle& obj) {
   return static_cast<std::int64_t>(w);
 }
 
+/// A non-negative count (an integer, not a bool, not a float), e.g. `lse_max_keys`.
+/// \throws orthros::Error naming `name` and what was passed otherwise.
+inline std::int64_t arg_count(const py::handle& obj, const char* name) {
+  require(!obj.is_none() && !PyBool_Check(obj.ptr()) && PyIndex_Check(obj.ptr()), name,
+          " must be an integer >= 0; got ", describe(obj));
+  int overflow = 0;
+  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!index) PyErr_Clear();
+  const long long n = index ? PyLong_AsLongLongAndOverflow(index.ptr(), &overflow) : -1;
+  require(index && !overflow && n >= 0, name, " must be an integer >= 0; got ", describe(obj));
+  return static_cast<std::int64_t>(n);
+}
+
 /// The softmax scale: None (1/sqrt(D)) or a real number. \throws orthros::Error otherwise.
 inline std::optional<double> arg_scale(const py::handle& obj) {
   if (obj.is_none()) return std::nullopt;

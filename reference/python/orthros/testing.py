@@ -23,7 +23,8 @@ When a case fails, AssertionError says which case, which tensor, why (rel, abs, 
 the errors and their bounds, the worst index with the actual and expected value, and the bad rows
 (all of them, as runs of consecutive rows) as absolute positions t (base rows t = P+i+1, output
 rows t = P+T-T_out+i+1, dk/dv rows are cache rows t = i+1), so a failure reads like the report of
-`orthros check`. Under pytest the helper's own frames are hidden (`__tracebackhide__`): a
+`orthros check`, and a `diagnose:` line names the known convention mistake the result matches, as
+`orthros check --diagnose` does (orthros.diagnosis). Under pytest the helper's own frames are hidden (`__tracebackhide__`): a
 failure shows the test's line and the message, not this module's source.
 
 `read_safetensors(path)` reads any .safetensors file with NumPy alone (a case, an expected file,
@@ -38,6 +39,7 @@ import os
 import numpy as np
 
 from . import _core
+from . import diagnosis as _diagnosis
 from ._safetensors import read_safetensors, require_regular_file  # one reader, shared with examples/pytorch_port/st_io.py
 
 __all__ = ["GoldenCase", "assert_matches_golden", "golden_cases", "read_safetensors"]
@@ -190,7 +192,8 @@ def _judge(case, name, actual, expected, emeta):
         e_x = float(e_x)
     elif case.dtype != "f64":
         raise ValueError(f"case {case.name}: expected file lacks metadata oracle_at_dtype_maxabs.{name}")
-    rep = _core.check(actual, expected[name], case.dtype, oracle_at_dtype_maxabs=e_x, name=name, abs_na_reason=na)
+    rep = _core.check(actual, expected[name], case.dtype, oracle_at_dtype_maxabs=e_x, name=name, abs_na_reason=na,
+                      lse_max_keys=_core.lse_max_keys(name, case.P, case.T, case.T_out, case.window))
     rep["bad_positions"] = [case.position(name, r) for r in rep["bad_rows"]]
     first = case.position(name, 0)
     rep["bad_position_ranges"] = [(a + first, b + first) for a, b in rep["bad_row_ranges"]]
@@ -277,6 +280,9 @@ def assert_matches_golden(port_fn, suite_dir, *, grad=None, only=None, skip=None
             if not rep["pass"]:
                 lines.append(_describe(case, n, rep, expected[n].shape))
         ok = not lines
+        if not ok:  # which known convention mistake reproduces the result (orthros/diagnosis.py)
+            lines.append(_diagnosis.for_golden_case(case, out, emeta, [n for n in names if tensors[n] is None
+                                                                       or not tensors[n]["pass"]]))
         result["reports"][case.name] = {"pass": ok, "grad": case.grad, "tensors": tensors}
         result["passed" if ok else "failed"].append(case.name)
         if not ok:
