@@ -37,10 +37,14 @@ def make_attention(window_left_of):
         return o[0].transpose(0, 1), lse.reshape(lse.shape[1], lse.shape[2]).transpose(0, 1).float()
 
     def attention(q, k, v, q_out, window, scale, grads=None):
-        leaves = [x.detach().requires_grad_(grads is not None) for x in (q, k, v, q_out)]
-        o, lse = stream(leaves[0], leaves[1], leaves[2], scale, window_left_of(window))
+        # k and v are float32 leaves cast to the dtype once per stream, so autograd sums the two
+        # streams' dk/dv in float32 (bf16 leaves would add them in bf16: one more rounding than
+        # SPEC §6's bound allows at the rows both streams see).
+        dt = q.dtype
+        leaves = [x.detach().requires_grad_(grads is not None) for x in (q, k.float(), v.float(), q_out)]
+        o, lse = stream(leaves[0], leaves[1].to(dt), leaves[2].to(dt), scale, window_left_of(window))
         if q_out.shape[0] > 0:
-            o_out, lse_out = stream(leaves[3], leaves[1], leaves[2], scale, None)
+            o_out, lse_out = stream(leaves[3], leaves[1].to(dt), leaves[2].to(dt), scale, None)
         else:  # no output queries (a prefill chunk): nothing to call
             o_out, lse_out = q_out.new_zeros(q_out.shape), q_out.new_zeros(q_out.shape[:2], dtype=torch.float32)
         out = {"o": o, "o_out": o_out, "lse": lse, "lse_out": lse_out}

@@ -13,7 +13,7 @@ FlashAttention aligns the causal diagonal bottom-right when there are fewer quer
 P+T-T_out+i, as SPEC §2 needs; window_size=(left, right) admits keys p-left .. p+right, so
 (w-1, 0) is the w-key window. The self-check also tries (w, 0) — the classic mistake — to show
 that it fails. The LSE comes as [H, rows] in natural log. Autograd through both calls gives
-dk/dv summed over the streams. f16/bf16 only (FlashAttention); a stream with no queries
+dk/dv summed over the streams in float32 (k, v are float32 leaves). f16/bf16 only (FlashAttention); a stream with no queries
 (T_out = 0) is not called.
 """
 import port_common
@@ -32,10 +32,14 @@ def make_attention(left_of):
         return o, lse.transpose(0, 1).float()  # lse [H, rows] -> [rows, H]
 
     def attention(q, k, v, q_out, window, scale, grads=None):
-        leaves = [x.detach().requires_grad_(grads is not None) for x in (q, k, v, q_out)]
-        o, lse = stream(leaves[0], leaves[1], leaves[2], scale, (left_of(window), 0))
+        # k and v are float32 leaves cast to the dtype once per stream, so autograd sums the two
+        # streams' dk/dv in float32 (bf16 leaves would add them in bf16: one more rounding than
+        # SPEC §6's bound allows at the rows both streams see).
+        dt = q.dtype
+        leaves = [x.detach().requires_grad_(grads is not None) for x in (q, k.float(), v.float(), q_out)]
+        o, lse = stream(leaves[0], leaves[1].to(dt), leaves[2].to(dt), scale, (left_of(window), 0))
         if q_out.shape[0] > 0:
-            o_out, lse_out = stream(leaves[3], leaves[1], leaves[2], scale, (-1, 0))
+            o_out, lse_out = stream(leaves[3], leaves[1].to(dt), leaves[2].to(dt), scale, (-1, 0))
         else:
             o_out, lse_out = q_out.new_zeros(q_out.shape), q_out.new_zeros(q_out.shape[:2], dtype=torch.float32)
         out = {"o": o, "o_out": o_out, "lse": lse, "lse_out": lse_out}
