@@ -44,7 +44,14 @@ int device_sm_count() {
   return n;
 }
 
-bool hopper_kernels_available() { return detail::hopper_kernel_available(); }
+bool hopper_kernels_available() {
+  try {
+    return detail::hopper_kernel_available();
+  } catch (const CudaError&) {  // no driver, no device, or the device is unusable
+    cudaGetLastError();          // leave no error behind for the caller's next CUDA call
+    return false;
+  }
+}
 
 namespace detail {
 void validate_config(const AttentionConfig& c) {

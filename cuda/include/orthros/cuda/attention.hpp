@@ -166,7 +166,7 @@ int device_sm_count();
 
 /// True when the current device runs the Hopper wgmma kernel (compute capability 9.0: the code is
 /// built for sm_90a), i.e. when KernelPath::automatic picks it for bf16/f16 with D = 64/128.
-/// \throws CudaError when no device is usable.
+/// False, never an exception, when no device is usable (no driver, no GPU, CUDA error).
 bool hopper_kernels_available();
 
 }  // namespace orthros::cuda
