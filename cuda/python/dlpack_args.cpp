@@ -28,16 +28,16 @@ std::string device_phrase(int t) {
 }
 
 /// The DLPack capsule of a CUDA array, exported without stream synchronization (stream=-1, the
-/// array API's "the consumer orders the work itself"). A producer whose `__dlpack__` refuses the
-/// keyword is asked without it; a tensor that refuses export because it requires grad (PyTorch)
-/// is exported through its detach() (same storage, no copy).
+/// array API's "the consumer orders the work itself"). A tensor that refuses export because it
+/// requires grad (PyTorch) is exported through its detach() (same storage, no copy); a producer
+/// that refuses stream=-1 is asked with no stream argument (its default synchronization).
 nb::object cuda_capsule(nb::handle obj) {
   try {
     return obj.attr("__dlpack__")(nb::arg("stream") = -1);
-  } catch (nb::python_error& e) {
-    if (e.matches(PyExc_TypeError)) return obj.attr("__dlpack__")();
-    if (nb::hasattr(obj, "detach")) return obj.attr("detach")().attr("__dlpack__")(nb::arg("stream") = -1);
-    throw;
+  } catch (nb::python_error&) {
+    if (nb::hasattr(obj, "requires_grad") && nb::hasattr(obj, "detach") && nb::bool_(obj.attr("requires_grad")))
+      return obj.attr("detach")().attr("__dlpack__")(nb::arg("stream") = -1);
+    return obj.attr("__dlpack__")();
   }
 }
 
