@@ -14,6 +14,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -47,9 +48,10 @@ Dims query_and_cache_dims(const Array& q, const Array& k_cache, const Array& v_c
 std::size_t workspace_size(const Array& ws) { return static_cast<std::size_t>(ws.nbytes()); }
 
 void attention_forward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, nb::handle v_cache_, nb::handle o_,
-                       nb::handle o_out_, nb::handle lse_, nb::handle lse_out_, nb::handle workspace_, nb::handle q_lens,
-                       nb::handle out_lens, nb::handle cache_lens, std::int64_t window, std::optional<double> scale,
-                       bool deterministic, int num_splits, const std::string& kernel, std::int64_t stream) {
+                       nb::handle o_out_, nb::handle lse_, nb::handle lse_out_, nb::handle workspace_,
+                       nb::handle q_lens, nb::handle out_lens, nb::handle cache_lens, std::int64_t window,
+                       std::optional<double> scale, bool deterministic, int num_splits, const std::string& kernel,
+                       std::int64_t stream) {
   const cuda::BatchLayout layout = parse_layout(q_lens, out_lens, cache_lens);
   const std::int64_t tq = layout.total_q(), to = layout.total_out();
   const cuda::KernelPath path = parse_kernel(kernel);
@@ -106,19 +108,20 @@ void attention_backward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, n
                         std::optional<double> scale, bool deterministic, std::int64_t stream) {
   const cuda::BatchLayout layout = parse_layout(q_lens, out_lens, cache_lens);
   for (int b = 0; b < layout.batch(); ++b)
-    require(layout.cache_lens[b] == layout.q_lens[b], "the backward is for training sequences (P = 0): cache_lens[",
-            b, "] must equal q_lens[", b, "] = ", layout.q_lens[b], " (got ", layout.cache_lens[b], ", i.e. P = ",
-            layout.cache_lens[b] - layout.q_lens[b], " cached tokens)");
+    require(layout.cache_lens[b] == layout.q_lens[b], "the backward is for training sequences (P = 0): cache_lens[", b,
+            "] must equal q_lens[", b, "] = ", layout.q_lens[b], " (got ", layout.cache_lens[b],
+            ", i.e. P = ", layout.cache_lens[b] - layout.q_lens[b], " cached tokens)");
   const std::int64_t tq = layout.total_q(), to = layout.total_out();
   const cudaStream_t st = parse_stream(stream);
   const bool none_ok = to == 0;
   const Array q = import_array(q_, "q"), q_out = import_array(q_out_, "q_out", none_ok),
               k_cache = import_array(k_cache_, "k_cache"), v_cache = import_array(v_cache_, "v_cache"),
-              o = import_array(o_, "o"), o_out = import_array(o_out_, "o_out", none_ok), lse = import_array(lse_, "lse"),
-              lse_out = import_array(lse_out_, "lse_out", none_ok), d_o = import_array(d_o_, "d_o"),
-              d_o_out = import_array(d_o_out_, "d_o_out", none_ok), dq = import_array(dq_, "dq"),
-              dq_out = import_array(dq_out_, "dq_out", none_ok), dk = import_array(dk_, "dk"),
-              dv = import_array(dv_, "dv"), ws = import_array(workspace_, "workspace", true);
+              o = import_array(o_, "o"), o_out = import_array(o_out_, "o_out", none_ok),
+              lse = import_array(lse_, "lse"), lse_out = import_array(lse_out_, "lse_out", none_ok),
+              d_o = import_array(d_o_, "d_o"), d_o_out = import_array(d_o_out_, "d_o_out", none_ok),
+              dq = import_array(dq_, "dq"), dq_out = import_array(dq_out_, "dq_out", none_ok),
+              dk = import_array(dk_, "dk"), dv = import_array(dv_, "dv"),
+              ws = import_array(workspace_, "workspace", true);
   const Dims d = query_and_cache_dims(q, k_cache, v_cache, layout);
   const char* same = "q's dtype";
   for (const Array* a : {&o, &d_o, &dq})
@@ -126,8 +129,8 @@ void attention_backward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, n
   for (const Array* a : {&q_out, &o_out, &d_o_out, &dq_out})
     expect_tensor(*a, d.dtype, same, {{"sum T_out_b", to}, {"H_q", d.heads_q}, {"D", d.head_dim}});
   for (const Array* a : {&dk, &dv})
-    expect_tensor(*a, d.dtype, same, {{"sum T_b (packed, not the cache layout)", tq}, {"H_kv", d.heads_kv},
-                                      {"D", d.head_dim}});
+    expect_tensor(*a, d.dtype, same,
+                  {{"sum T_b (packed, not the cache layout)", tq}, {"H_kv", d.heads_kv}, {"D", d.head_dim}});
   expect_float32(lse);
   expect_shape(lse, {{"sum T_b", tq}, {"H_q", d.heads_q}});
   expect_layout(lse, 16);
@@ -136,7 +139,7 @@ void attention_backward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, n
   expect_layout(lse_out, 16);
   expect_layout(ws, 16);
   const std::vector<const Array*> all{&q,   &q_out,   &k_cache, &v_cache, &o,  &o_out, &lse, &lse_out,
-                                                &d_o, &d_o_out, &dq,      &dq_out,  &dk, &dv,    &ws};
+                                      &d_o, &d_o_out, &dq,      &dq_out,  &dk, &dv,    &ws};
   require_current_device(require_cuda(all), all);
 
   cuda::AttentionConfig cfg;
@@ -216,7 +219,14 @@ cuda::AttentionConfig config_of(const std::string& dtype, int num_q_heads, int n
 
 void bind_attention(nb::module_& m) {
   m.def(
-      "hopper_kernels_available", [] { return cuda::hopper_kernels_available(); },
+      "hopper_kernels_available",
+      [] {
+        try {
+          return cuda::hopper_kernels_available();  // false without a usable device
+        } catch (const std::exception&) {           // e.g. out of host memory: still an answer
+          return false;
+        }
+      },
       "True when the current CUDA device runs the Hopper (sm_90a wgmma) forward kernel; False when it does "
       "not or when no GPU/driver is usable (never raises).");
 
@@ -226,21 +236,23 @@ void bind_attention(nb::module_& m) {
          bool deterministic, int num_splits, nb::handle q_lens, nb::handle out_lens, nb::handle cache_lens,
          const std::string& kernel) {
         const cuda::BatchLayout layout = parse_layout(q_lens, out_lens, cache_lens);
-        const auto cfg = config_of(dtype, num_q_heads, num_kv_heads, head_dim, window, deterministic, num_splits, kernel);
+        const auto cfg =
+            config_of(dtype, num_q_heads, num_kv_heads, head_dim, window, deterministic, num_splits, kernel);
         return cuda::attention_workspace_bytes(cfg, layout);
       },
       nb::kw_only(), arg("dtype"), arg("num_q_heads"), arg("num_kv_heads"), arg("head_dim"), arg("window"),
-      arg("deterministic") = false, arg("num_splits") = 0, arg("q_lens").none(), arg("out_lens").none(), arg("cache_lens").none(),
-      arg("kernel") = "automatic",
+      arg("deterministic") = false, arg("num_splits") = 0, arg("q_lens").none(), arg("out_lens").none(),
+      arg("cache_lens").none(), arg("kernel") = "automatic",
       "Bytes of split-KV scratch attention_forward needs for this call (0 when it does not split). The "
       "split heuristic reads the current device's SM count (a CUDA call). Raises orthros.Error on invalid "
       "arguments.");
 
   m.def("attention_forward", &attention_forward, nb::kw_only(), arg("q").none(), arg("q_out").none() = nb::none(),
-        arg("k_cache").none(), arg("v_cache").none(), arg("o").none(), arg("o_out").none() = nb::none(), arg("lse").none() = nb::none(),
-        arg("lse_out").none() = nb::none(), arg("workspace").none() = nb::none(), arg("q_lens").none(), arg("out_lens").none(),
-        arg("cache_lens").none(), arg("window"), arg("scale").none() = nb::none(), arg("deterministic") = false,
-        arg("num_splits") = 0, arg("kernel") = "automatic", arg("stream") = 0,
+        arg("k_cache").none(), arg("v_cache").none(), arg("o").none(), arg("o_out").none() = nb::none(),
+        arg("lse").none() = nb::none(), arg("lse_out").none() = nb::none(), arg("workspace").none() = nb::none(),
+        arg("q_lens").none(), arg("out_lens").none(), arg("cache_lens").none(), arg("window"),
+        arg("scale").none() = nb::none(), arg("deterministic") = false, arg("num_splits") = 0,
+        arg("kernel") = "automatic", arg("stream") = 0,
         R"doc(The Orthros attention operator (paper Eq. 2; SPEC §2, §5) on the GPU, asynchronous on `stream`.
 
 q [sum T_b, H_q, D], q_out [sum T_out_b, H_q, D] (None when sum T_out_b = 0), k_cache / v_cache
@@ -269,11 +281,11 @@ CUDA call), RuntimeError when a CUDA call fails.)doc");
       "on invalid arguments.");
 
   m.def("attention_backward", &attention_backward, nb::kw_only(), arg("q").none(), arg("q_out").none() = nb::none(),
-        arg("k_cache").none(), arg("v_cache").none(), arg("o").none(), arg("o_out").none() = nb::none(), arg("lse").none(),
-        arg("lse_out").none() = nb::none(), arg("d_o").none(), arg("d_o_out").none() = nb::none(), arg("dq").none(),
-        arg("dq_out").none() = nb::none(), arg("dk").none(), arg("dv").none(), arg("workspace").none() = nb::none(),
-        arg("q_lens").none(), arg("out_lens").none(), arg("cache_lens").none(), arg("window"), arg("scale").none() = nb::none(),
-        arg("deterministic") = false, arg("stream") = 0,
+        arg("k_cache").none(), arg("v_cache").none(), arg("o").none(), arg("o_out").none() = nb::none(),
+        arg("lse").none(), arg("lse_out").none() = nb::none(), arg("d_o").none(), arg("d_o_out").none() = nb::none(),
+        arg("dq").none(), arg("dq_out").none() = nb::none(), arg("dk").none(), arg("dv").none(),
+        arg("workspace").none() = nb::none(), arg("q_lens").none(), arg("out_lens").none(), arg("cache_lens").none(),
+        arg("window"), arg("scale").none() = nb::none(), arg("deterministic") = false, arg("stream") = 0,
         R"doc(Gradients of the Orthros attention operator (SPEC §9) for training sequences (P = 0:
 cache_lens == q_lens; PT T_out = T, SFT 0 < T_out < T), asynchronous on `stream`.
 
@@ -285,10 +297,10 @@ cache row j of sequence b), not the cache layout. Out-stream arrays may be None 
 Bitwise deterministic in both modes. Raises orthros.Error naming the argument on bad input (P > 0
 included), RuntimeError when a CUDA call fails.)doc");
 
-  m.def("rope_append_kv", &rope_append_kv, nb::kw_only(), arg("k_new").none(), arg("v_new").none(), arg("k_cache").none(),
-        arg("v_cache").none(), arg("q").none() = nb::none(), arg("q_out").none() = nb::none(), arg("q_lens").none(),
-        arg("out_lens").none(), arg("cache_lens").none(), arg("theta"), arg("position_offset") = 0, arg("num_q_heads"),
-        arg("stream") = 0,
+  m.def("rope_append_kv", &rope_append_kv, nb::kw_only(), arg("k_new").none(), arg("v_new").none(),
+        arg("k_cache").none(), arg("v_cache").none(), arg("q").none() = nb::none(), arg("q_out").none() = nb::none(),
+        arg("q_lens").none(), arg("out_lens").none(), arg("cache_lens").none(), arg("theta"),
+        arg("position_offset") = 0, arg("num_q_heads"), arg("stream") = 0,
         R"doc(KV-cache append fused with RoPE (rotate-half, SPEC §2), asynchronous on `stream`.
 
 Copies k_new / v_new [sum T_b, H_kv, D] into cache rows cache_lens[b] - q_lens[b] .. cache_lens[b] - 1

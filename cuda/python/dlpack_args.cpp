@@ -19,11 +19,16 @@ std::string type_of(nb::handle obj) { return nb::type_name(obj.type()).c_str(); 
 /// "a CPU array", "a CUDA-managed array", ... for the DLPack device type `t`.
 std::string device_phrase(int t) {
   switch (t) {
-    case 1: return "a CPU array";
-    case 2: return "a CUDA array";
-    case 3: return "a CUDA pinned-host array";
-    case 13: return "a CUDA managed-memory array";
-    default: return "an array on DLPack device type " + std::to_string(t);
+    case 1:
+      return "a CPU array";
+    case 2:
+      return "a CUDA array";
+    case 3:
+      return "a CUDA pinned-host array";
+    case 13:
+      return "a CUDA managed-memory array";
+    default:
+      return "an array on DLPack device type " + std::to_string(t);
   }
 }
 
@@ -103,13 +108,26 @@ std::string dtype_name_of(const Array& a) {
   const dl::dtype t = a.nd.dtype();
   std::string base;
   switch (static_cast<dl::dtype_code>(t.code)) {
-    case dl::dtype_code::Float: base = "f"; break;
-    case dl::dtype_code::Bfloat: base = "bf"; break;
-    case dl::dtype_code::Int: base = "int"; break;
-    case dl::dtype_code::UInt: base = "uint"; break;
-    case dl::dtype_code::Complex: base = "complex"; break;
-    case dl::dtype_code::Bool: return "bool";
-    default: base = "code" + std::to_string(t.code) + "_"; break;
+    case dl::dtype_code::Float:
+      base = "f";
+      break;
+    case dl::dtype_code::Bfloat:
+      base = "bf";
+      break;
+    case dl::dtype_code::Int:
+      base = "int";
+      break;
+    case dl::dtype_code::UInt:
+      base = "uint";
+      break;
+    case dl::dtype_code::Complex:
+      base = "complex";
+      break;
+    case dl::dtype_code::Bool:
+      return "bool";
+    default:
+      base = "code" + std::to_string(t.code) + "_";
+      break;
   }
   std::string s = base + std::to_string(t.bits);
   if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
@@ -172,7 +190,8 @@ void expect_layout(const Array& a, std::size_t alignment) {
     char hex[32];
     std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(addr));
     throw Error(std::string(a.name) + " must be " + std::to_string(alignment) + "-byte aligned (its data pointer " +
-                hex + " is " + std::to_string(addr % alignment) + " bytes past a boundary; a view at an offset may not be)");
+                hex + " is " + std::to_string(addr % alignment) +
+                " bytes past a boundary; a view at an offset may not be)");
   }
 }
 
@@ -232,7 +251,8 @@ std::vector<std::int64_t> parse_lengths(nb::handle obj, const char* name) {
     const std::int64_t step = a.nd.stride(0) * static_cast<std::int64_t>(a.nd.itemsize());
     for (std::int64_t i = 0; i < a.shape[0]; ++i) {
       const char* p = base + i * step;
-      out.push_back(dt == "int32" ? *reinterpret_cast<const std::int32_t*>(p) : *reinterpret_cast<const std::int64_t*>(p));
+      out.push_back(dt == "int32" ? *reinterpret_cast<const std::int32_t*>(p)
+                                  : *reinterpret_cast<const std::int64_t*>(p));
     }
   } else {
     require(PySequence_Check(obj.ptr()) && !PyUnicode_Check(obj.ptr()) && !PyBytes_Check(obj.ptr()), name,

@@ -30,8 +30,8 @@ constexpr int kDLCUDA = 2;
 /// the array has no elements (the library accepts null for empty buffers).
 struct Array {
   const char* name = "";
-  bool present = false;       ///< false: the argument was None
-  nb::ndarray<> nd;           ///< keeps the producer's buffer alive for the call
+  bool present = false;  ///< false: the argument was None
+  nb::ndarray<> nd;      ///< keeps the producer's buffer alive for the call
   std::vector<std::int64_t> shape;
   void* data = nullptr;
   std::int64_t numel() const;

@@ -30,10 +30,11 @@ namespace orthros::pycuda {
 
 namespace {
 
-const char* const kConfigKeys[] = {"dtype",   "d_model", "num_q_heads",   "num_kv_heads", "head_dim", "window",
-                                   "rope_theta", "qk_norm", "rms_eps", "scale", "deterministic", "num_splits"};
+const char* const kConfigKeys[] = {"dtype",    "d_model", "num_q_heads",   "num_kv_heads",
+                                   "head_dim", "window",  "rope_theta",    "qk_norm",
+                                   "rms_eps",  "scale",   "deterministic", "num_splits"};
 const char* const kLayoutKeys[] = {"q_lens", "out_lens", "cache_lens"};
-const char* const kWeightKeys[] = {"w_q",  "w_k",      "w_v",       "w_o",    "alpha",
+const char* const kWeightKeys[] = {"w_q",  "w_k",       "w_v",      "w_o",    "alpha",
                                    "beta", "alpha_out", "beta_out", "q_norm", "k_norm"};
 
 /// Keyword arguments of one layer call: every key must be known, the required ones present.
@@ -120,10 +121,14 @@ const char* const kGradKeys[] = {"dw_q",  "dw_k",       "dw_v",      "dw_o",    
 struct Weights {
   Array w_q, w_k, w_v, w_o, alpha, beta, alpha_out, beta_out, q_norm, k_norm;
   Weights(const Kwargs& kw, const cuda::LayerConfig& c, const char* const (&n)[10])
-      : w_q(import_array(kw.get(n[0]), n[0])), w_k(import_array(kw.get(n[1]), n[1])),
-        w_v(import_array(kw.get(n[2]), n[2])), w_o(import_array(kw.get(n[3]), n[3])),
-        alpha(import_array(kw.get(n[4]), n[4])), beta(import_array(kw.get(n[5]), n[5])),
-        alpha_out(import_array(kw.get(n[6]), n[6])), beta_out(import_array(kw.get(n[7]), n[7])),
+      : w_q(import_array(kw.get(n[0]), n[0])),
+        w_k(import_array(kw.get(n[1]), n[1])),
+        w_v(import_array(kw.get(n[2]), n[2])),
+        w_o(import_array(kw.get(n[3]), n[3])),
+        alpha(import_array(kw.get(n[4]), n[4])),
+        beta(import_array(kw.get(n[5]), n[5])),
+        alpha_out(import_array(kw.get(n[6]), n[6])),
+        beta_out(import_array(kw.get(n[7]), n[7])),
         q_norm(import_array(c.qk_norm ? kw.get(n[8]) : kw.get_or_none(n[8]), n[8], !c.qk_norm)),
         k_norm(import_array(c.qk_norm ? kw.get(n[9]) : kw.get_or_none(n[9]), n[9], !c.qk_norm)) {
     const std::int64_t d = std::int64_t(c.num_q_heads) * c.head_dim, dkv = std::int64_t(c.num_kv_heads) * c.head_dim;
@@ -235,8 +240,9 @@ void layer_forward(nb::kwargs kwargs) {
   const cudaStream_t st = parse_stream(kw.value_or<std::int64_t>("stream", 0));
   const std::int64_t tq = layout.total_q(), to = layout.total_out();
   const Array x = import_array(kw.get("x"), "x"), x_out = import_array(kw.get_or_none("x_out"), "x_out", to == 0),
-              k_cache = import_array(kw.get("k_cache"), "k_cache"), v_cache = import_array(kw.get("v_cache"), "v_cache"),
-              y = import_array(kw.get("y"), "y"), y_out = import_array(kw.get_or_none("y_out"), "y_out", to == 0),
+              k_cache = import_array(kw.get("k_cache"), "k_cache"),
+              v_cache = import_array(kw.get("v_cache"), "v_cache"), y = import_array(kw.get("y"), "y"),
+              y_out = import_array(kw.get_or_none("y_out"), "y_out", to == 0),
               ws = import_array(kw.get_or_none("workspace"), "workspace", true);
   const Weights w(kw, c, kWeightKeys);
   const char* what = "the layer's dtype";
@@ -275,13 +281,13 @@ void layer_forward(nb::kwargs kwargs) {
 
 void layer_backward(nb::kwargs kwargs) {
   const Kwargs kw("layer_backward", std::move(kwargs),
-                  keys({list(kConfigKeys), list(kLayoutKeys), list(kWeightKeys),
-                        list(kGradKeys), Names{"x", "x_out", "dy", "dy_out", "dx", "dx_out"}}));
+                  keys({list(kConfigKeys), list(kLayoutKeys), list(kWeightKeys), list(kGradKeys),
+                        Names{"x", "x_out", "dy", "dy_out", "dx", "dx_out"}}));
   const cuda::LayerConfig c = layer_config(kw);
   const cuda::BatchLayout layout = layer_layout(kw);
   for (int i = 0; i < layout.batch(); ++i)
-    require(layout.cache_lens[i] == layout.q_lens[i], "the backward is for training sequences (P = 0): cache_lens[",
-            i, "] must equal q_lens[", i, "] = ", layout.q_lens[i], " (got ", layout.cache_lens[i], ")");
+    require(layout.cache_lens[i] == layout.q_lens[i], "the backward is for training sequences (P = 0): cache_lens[", i,
+            "] must equal q_lens[", i, "] = ", layout.q_lens[i], " (got ", layout.cache_lens[i], ")");
   const cudaStream_t st = parse_stream(kw.value_or<std::int64_t>("stream", 0));
   const std::int64_t tq = layout.total_q(), to = layout.total_out();
   const bool none_ok = to == 0;
