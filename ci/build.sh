@@ -10,5 +10,10 @@ NCCL_ARGS=()
 if [ -f .deps/nccl/include/nccl.h ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
   NCCL_ARGS=(-DORTHROS_NCCL=ON)
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${NCCL_ARGS[@]}" "$@"
+# nanobind for the extension orthros._cuda (cuda/python/): ci/setup.sh's pinned venv .deps/nanobind.
+NB_ARGS=()
+if [ -x .deps/nanobind/bin/python ] && nb_dir=$(.deps/nanobind/bin/python -m nanobind --cmake_dir 2>/dev/null); then
+  NB_ARGS=(-Dnanobind_DIR="$nb_dir")
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${NCCL_ARGS[@]}" "${NB_ARGS[@]}" "$@"
 cmake --build build -j "$JOBS"

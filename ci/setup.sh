@@ -99,3 +99,20 @@ PY
   echo "$NCCL_VERSION" > "$NCCL_DIR/VERSION"
   echo "[setup] NCCL $NCCL_VERSION unpacked into .deps/nccl"
 fi
+
+# nanobind for the Python extension orthros._cuda (cuda/python/, DLPack arrays): the pinned PyPI
+# release in a venv of Debian's python3 at .deps/nanobind (git-ignored); ci/build.sh passes its
+# CMake directory as nanobind_DIR. Skipped when no nvcc is found (the extension exists only in a
+# CUDA build) or when that version is installed already.
+NANOBIND_VERSION=2.9.2
+NB_VENV="$ROOT/.deps/nanobind"
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "[setup] nanobind: skipped (no nvcc: CPU-only build)"
+elif [ "$("$NB_VENV/bin/python" -c 'import nanobind; print(nanobind.__version__)' 2>/dev/null)" = "$NANOBIND_VERSION" ]; then
+  echo "[setup] nanobind $NANOBIND_VERSION present in .deps/nanobind"
+else
+  rm -rf "$NB_VENV"
+  /usr/bin/python3 -m venv "$NB_VENV"
+  "$NB_VENV/bin/python" -m pip install -q --disable-pip-version-check "nanobind==$NANOBIND_VERSION"
+  echo "[setup] nanobind $NANOBIND_VERSION installed into .deps/nanobind"
+fi

@@ -52,7 +52,12 @@ bool hopper_kernels_available() {
     (void)cudaGetLastError();
     return false;
   }
-  return detail::hopper_kernel_available();
+  try {
+    return detail::hopper_kernel_available();
+  } catch (const CudaError&) {  // the device is present but unusable
+    (void)cudaGetLastError();    // leave no error behind for the caller's next CUDA call
+    return false;
+  }
 }
 
 namespace detail {

@@ -166,9 +166,8 @@ int device_sm_count();
 
 /// True when the current device runs the Hopper wgmma kernel (compute capability 9.0: the code is
 /// built for sm_90a), i.e. when KernelPath::automatic picks it for bf16/f16 with D = 64/128.
-/// False, without throwing, when no device is usable (no GPU, no driver, or a driver too old for
-/// the CUDA runtime: cudaGetDeviceCount fails or finds none). \throws CudaError only when a
-/// device is present but querying its compute capability fails.
+/// False, never an exception, when no device is usable (no GPU, no driver, a driver too old for
+/// the CUDA runtime, or a failing query of the device's compute capability).
 bool hopper_kernels_available();
 
 }  // namespace orthros::cuda
