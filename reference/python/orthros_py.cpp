@@ -37,6 +37,7 @@ using orthros::python::shape_of;
 using orthros::python::shape_str;
 using orthros::python::to_mat3;
 using orthros::python::arg_array;
+using orthros::python::arg_count;
 using orthros::python::arg_optional_number;
 using orthros::python::arg_scale;
 using orthros::python::arg_str;
