@@ -1,8 +1,12 @@
 """Host cost of the Python part of orthros.torch's CUDA attention path, on CPU tensors: the op
-body before (git HEAD) and after, with a stand-in for orthros._cuda that does at the Python boundary
+body of an earlier commit (--before REV, default eae9158: before the host-cost changes) and of the
+working tree, with a stand-in for orthros._cuda that does at the Python boundary
 what the real extension does (a tensor argument: its __dlpack_device__() and __dlpack__() methods; a
 capsule: nothing in Python) and no C++ work (the same in both). Device context and stream lookup
-need a GPU: not timed here (old: torch.cuda.device enter/exit + torch.cuda.current_stream)."""
+need a GPU: not timed here (old: torch.cuda.device enter/exit + torch.cuda.current_stream).
+Usage: PYTHONPATH=<build>/python python3 bench/torch/host_cost_cpu.py [--before REV]
+(a benchmark, not a test; prints microseconds per call, the minimum of 7 runs of 4000 calls)."""
+import argparse
 import contextlib, subprocess, sys, time, types, importlib.util
 import torch
 import orthros.torch as ot
@@ -29,11 +33,14 @@ class FakeExt:
                 v.__dlpack_device__(); v.__dlpack__()
     attention_backward = attention_forward
 
+ap = argparse.ArgumentParser()
+ap.add_argument("--before", default="eae9158")
+BEFORE = ap.parse_args().before
 fake = FakeExt()
 # the old package, from git HEAD, under other op names
 root = subprocess.check_output(["git", "rev-parse", "--show-toplevel"], text=True).strip()
 def old_module(name, path, repl):
-    src = subprocess.check_output(["git", "show", f"HEAD:{path}"], text=True, cwd=root)
+    src = subprocess.check_output(["git", "show", f"{BEFORE}:{path}"], text=True, cwd=root)
     for a, b in repl: src = src.replace(a, b)
     m = types.ModuleType("orthros.torch." + name); m.__package__ = "orthros.torch"
     sys.modules[m.__name__] = m
