@@ -280,9 +280,10 @@ def rope_append_kv_op(k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Te
         raise Error(f"cu_seqlens_q describes B = {len(q_lens)} sequences but k_cache has B = {k_cache.shape[0]}")
     if k_new.device.type == "cuda":
         cu = cuda_module()
-        with torch.cuda.device(k_new.device):
-            cu.rope_append_kv(k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, q=q,
-                              q_out=q_out if q_out is not None and q_out.shape[0] else None, q_lens=q_lens,
+        with device_guard(k_new.device):
+            cu.rope_append_kv(k_new=dlpack(k_new), v_new=dlpack(v_new), k_cache=dlpack(k_cache),
+                              v_cache=dlpack(v_cache), q=dlpack(q),
+                              q_out=dlpack(q_out) if q_out is not None and q_out.shape[0] else None, q_lens=q_lens,
                               out_lens=out_lens, cache_lens=cache_lens, theta=theta, position_offset=position_offset,
                               num_q_heads=q.shape[1] if q is not None else k_new.shape[1],
                               stream=stream_of(k_new.device))

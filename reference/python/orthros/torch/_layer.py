@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .. import _core
 from . import _checks as C
-from ._cuda_backend import cuda_module, stream_of, workspace
+from ._cuda_backend import cuda_module, device_guard, dlpack, stream_of, workspace
 
 Error = _core.Error
 
@@ -67,6 +67,11 @@ def _weights(w_q, w_k, w_v, w_o, alpha, beta, alpha_out, beta_out, q_norm, k_nor
     return dict(zip(WEIGHT_NAMES, (w_q, w_k, w_v, w_o, alpha, beta, alpha_out, beta_out, q_norm, k_norm)))
 
 
+def _capsules(tensors):
+    """name -> DLPack capsule (None stays None) of a dict of tensors, for orthros._cuda."""
+    return {n: dlpack(t) for n, t in tensors.items()}
+
+
 def _cuda_config(x, cfg, deterministic):
     return dict(dtype=C.CUDA_DTYPE_NAMES[x.dtype], d_model=x.shape[1], scale=None, deterministic=deterministic,
                 num_splits=0, **cfg)
@@ -77,11 +82,12 @@ def _forward_cuda(x, x_out, weights, k_cache, v_cache, q_lens, out_lens, cache_l
     y, y_out = torch.empty_like(x), torch.empty_like(x_out)
     has_out = x_out.shape[0] > 0
     lc = _cuda_config(x, cfg, deterministic)
-    with torch.cuda.device(x.device):
+    with device_guard(x.device):
         nbytes = cu.layer_workspace_bytes(**lc, q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens)
-        cu.layer_forward(**lc, x=x, x_out=x_out if has_out else None, **weights, k_cache=k_cache, v_cache=v_cache,
-                         y=y, y_out=y_out if has_out else None, workspace=workspace(nbytes, x.device), q_lens=q_lens,
-                         out_lens=out_lens, cache_lens=cache_lens, stream=stream_of(x.device))
+        cu.layer_forward(**lc, x=dlpack(x), x_out=dlpack(x_out) if has_out else None, **_capsules(weights),
+                         k_cache=dlpack(k_cache), v_cache=dlpack(v_cache), y=dlpack(y),
+                         y_out=dlpack(y_out) if has_out else None, workspace=dlpack(workspace(nbytes, x.device)),
+                         q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens, stream=stream_of(x.device))
     return y, y_out
 
 
@@ -149,10 +155,11 @@ def layer_backward_op(x: Tensor, x_out: Tensor, dy: Tensor, dy_out: Tensor, w_q:
         if not qk_norm:
             g["dq_norm"] = g["dk_norm"] = None
         lc = _cuda_config(x, cfg, deterministic)
-        with torch.cuda.device(x.device):
+        with device_guard(x.device):
             nbytes = cu.layer_backward_workspace_bytes(**lc, q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens)
-            cu.layer_backward(**lc, x=x, x_out=x_out if has_out else None, dy=dy, dy_out=dy_out if has_out else None,
-                              **weights, **g, workspace=workspace(nbytes, x.device), q_lens=q_lens, out_lens=out_lens,
+            cu.layer_backward(**lc, x=dlpack(x), x_out=dlpack(x_out) if has_out else None, dy=dlpack(dy),
+                              dy_out=dlpack(dy_out) if has_out else None, **_capsules(weights), **_capsules(g),
+                              workspace=dlpack(workspace(nbytes, x.device)), q_lens=q_lens, out_lens=out_lens,
                               cache_lens=cache_lens, stream=stream_of(x.device))
         return grads
     r = _core.layer_backward(x.detach().numpy(), x_out.detach().numpy(), _numpy_weights(weights), dy.detach().numpy(),
