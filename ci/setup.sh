@@ -116,3 +116,26 @@ else
   "$NB_VENV/bin/python" -m pip install -q --disable-pip-version-check "nanobind==$NANOBIND_VERSION"
   echo "[setup] nanobind $NANOBIND_VERSION installed into .deps/nanobind"
 fi
+
+# PyTorch for the orthros.torch tests (verify/torch), only when asked: ORTHROS_SETUP_TORCH=1 (set by
+# ci/test.sh; ci/verify.sh does not need it). torch pinned from PyPI (no Debian package; ~2 min,
+# 4.7 GB) into the venv .deps/venv-torch (git-ignored), made from /usr/bin/python3 with
+# --system-site-packages so Debian's numpy and pytest (python3-pytest) are the ones used. CMake
+# runs verify/torch with that venv's python (ORTHROS_TORCH_PYTHON); without it those tests skip.
+TORCH_VERSION=2.11.0
+TORCH_VENV="$ROOT/.deps/venv-torch"
+if [ "${ORTHROS_SETUP_TORCH:-0}" = 1 ]; then
+  if ! dpkg-query -W -f='${Status}' python3-pytest 2>/dev/null | grep -q "install ok installed"; then
+    echo "[setup] installing: python3-pytest"
+    $( [ "$(id -u)" -ne 0 ] && echo sudo ) env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends python3-pytest >/dev/null
+  fi
+  if "$TORCH_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" \
+       >/dev/null 2>&1; then
+    echo "[setup] torch $TORCH_VERSION present in .deps/venv-torch"
+  else
+    echo "[setup] torch: installing torch==$TORCH_VERSION into .deps/venv-torch (~2 min, 4.7 GB)"
+    /usr/bin/python3 -m venv --system-site-packages "$TORCH_VENV"
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+  fi
+fi

@@ -52,7 +52,7 @@ counted() {
   return "$rc"
 }
 
-stage setup bash ci/setup.sh
+stage setup env ORTHROS_SETUP_TORCH=1 bash ci/setup.sh   # also torch for verify/torch (the orthros.torch tests)
 stage build bash ci/build.sh
 stage ctest counted ctest --test-dir build -LE bench -j "$JOBS" --output-on-failure --timeout 900
 if [ "${ORTHROS_SKIP_HARDENING:-0}" != 1 ]; then

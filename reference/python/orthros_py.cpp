@@ -448,6 +448,7 @@ void bind_model(py::module_& m, const char* model_name, const char* cache_name) 
 }  // namespace
 
 void bind_diagnose(py::module_& m);  // diagnose_py.cpp: _diagnose, lse_max_keys, lse_f32_floor
+void bind_layer(py::module_& m);  // orthros_py_layer.cpp
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Orthros attention CPU oracle (arXiv 2610.13735): attention operator, SPEC §6 checker, model regimes";
@@ -605,6 +606,7 @@ Source: reference/python/orthros_py.cpp, reference/include/orthros/check.hpp.)do
       },
       py::arg("name"), "Attention shapes of a SPEC §7 configuration (qwen3-8b, llama3.1-8b, tiny).");
 
+  bind_layer(m);
   bind_model<double>(m, "Model", "Cache");
   bind_model<float>(m, "ModelF32", "CacheF32");
 }
