@@ -513,6 +513,8 @@ void bind_model(py::module_& m, const char* model_name, const char* cache_name) 
 
 }  // namespace
 
+void bind_layer(py::module_& m);  // orthros_py_layer.cpp
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Orthros attention CPU oracle (arXiv 2610.13735): attention operator, SPEC §6 checker, model regimes";
   static py::exception<orthros::Error> error(m, "Error", PyExc_ValueError);
@@ -621,6 +623,7 @@ Source: reference/python/orthros_py.cpp, reference/include/orthros/check.hpp.)do
       },
       py::arg("name"), "Attention shapes of a SPEC §7 configuration (qwen3-8b, llama3.1-8b, tiny).");
 
+  bind_layer(m);
   bind_model<double>(m, "Model", "Cache");
   bind_model<float>(m, "ModelF32", "CacheF32");
 }
