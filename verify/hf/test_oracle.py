@@ -1,0 +1,71 @@
+"""The converted torch model and the C++ oracle on the same saved weights (orthros.torch.save_for_oracle
+-> the oracle's model file) agree on logits and on one training step's loss and parameter
+gradients, PT and SFT; `orthros verify --weights` runs every regime of the converted checkpoint
+through the oracle, bitwise equal to PT.
+
+Bound: SPEC §6 per tensor (hf_cases): the torch model in float32 against the float64 oracle, with
+E = the oracle-at-float32's max abs error on that tensor. A tied LM head's gradient is the sum of
+the oracle's `embedding` gradient and the transpose of its `lm_head` gradient (one parameter, two
+uses), compared with E summed likewise.
+"""
+import subprocess
+
+import pytest
+import torch
+
+from hf_cases import ARCHS, Oracle, converted, orthros_exe, spec6, tokens
+
+from orthros.torch import oracle_file
+
+
+def _step(model, ids, labels):
+    model.zero_grad()
+    out = model(ids[None], labels=labels[None])
+    out.loss.backward()
+    return out, {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("regime", ["PT", "SFT"])
+def test_torch_and_oracle_agree_on_logits_loss_and_gradients(arch, regime):
+    seed = 51 if regime == "PT" else 52
+    model = converted(arch, seed, window=4)
+    T, response = 14, 5
+    seq = tokens(seed, (T + 1,))
+    ids, labels = seq[:T], seq[:T].clone()
+    if regime == "SFT":
+        labels[:T - response + 1] = -100         # positions T-response..T-1 predict the response
+        t_out = response
+    else:
+        t_out = T
+    targets = seq[T - t_out + 1:T + 1]            # next token of each predicting position
+    out, grads = _step(model, ids, labels)
+    assert out.logits.shape[1] == t_out
+    # The torch loss averages positions T-T_out..T-2 (the last position has no label inside
+    # input_ids); the last base token and its output token then add nothing to the loss, so the
+    # oracle's step on the first T-1 tokens with those T_out-1 targets is the same function.
+    oracle = Oracle(model)
+    F, E = oracle.logits(ids.tolist(), t_out=t_out)
+    spec6(f"{arch} {regime} logits", out.logits[0], F, E)
+    step = dict(t_out=t_out - 1, targets=targets[:-1].tolist())
+    r64 = oracle.run(ids[:T - 1].tolist(), **step)
+    r32 = oracle.run(ids[:T - 1].tolist(), dtype="f32", **step)
+    loss_e = abs(r32["loss"].double().item() - r64["loss"].item())
+    assert abs(out.loss.item() - r64["loss"].item()) <= 2 * loss_e + 1e-6, \
+        f"loss {out.loss.item()} vs oracle {r64['loss'].item()} (E = {loss_e:.3g})"
+    g64, g32 = oracle_file.torch_gradients(model, r64), oracle_file.torch_gradients(model, r32)
+    assert set(g64) == set(grads)
+    for name, g in grads.items():
+        e = (g32[name] - g64[name]).abs().max().item()
+        spec6(f"{arch} {regime} grad {name}", g, g64[name], e)
+
+
+def test_verify_runs_every_regime_of_a_converted_checkpoint(tmp_path):
+    model = converted("qwen3", 61, window=6)
+    weights = tmp_path / "converted.safetensors"
+    oracle_file.save_for_oracle(model, weights)
+    r = subprocess.run([orthros_exe(), "verify", "--weights", str(weights), "--seq-len", "24"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS: all 10 regimes bitwise equal to PT" in r.stdout, r.stdout
+    assert "(H_q=4 H_kv=2 D=8 w=6 theta=1e+06 qk_norm=yes) d_model=24 layers=2" in r.stdout, r.stdout
