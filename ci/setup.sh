@@ -87,3 +87,22 @@ PY
   echo "$NCCL_VERSION" > "$NCCL_DIR/VERSION"
   echo "[setup] NCCL $NCCL_VERSION unpacked into .deps/nccl"
 fi
+
+# transformers for the Hugging Face conversion (orthros.torch.convert, verify/hf, examples/hf_conversion):
+# the pinned PyPI release (the one the GPU machine has) with its dependencies, installed into the
+# Python that has torch (ORTHROS_TORCH_VENV, default .deps/venv-torch; git-ignored). Skipped when
+# that venv is absent (no torch: the verify/hf tests skip), when already installed, or with
+# ORTHROS_SKIP_TRANSFORMERS=1.
+TRANSFORMERS_VERSION=5.17.0
+TORCH_VENV="${ORTHROS_TORCH_VENV:-$ROOT/.deps/venv-torch}"
+if [ "${ORTHROS_SKIP_TRANSFORMERS:-0}" = 1 ]; then
+  echo "[setup] transformers: skipped (ORTHROS_SKIP_TRANSFORMERS=1)"
+elif [ ! -x "$TORCH_VENV/bin/python" ]; then
+  echo "[setup] transformers: skipped (no torch venv at $TORCH_VENV)"
+elif "$TORCH_VENV/bin/python" -c "import sys, transformers; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" \
+     >/dev/null 2>&1; then
+  echo "[setup] transformers $TRANSFORMERS_VERSION present in $TORCH_VENV"
+else
+  echo "[setup] transformers: installing transformers==$TRANSFORMERS_VERSION into $TORCH_VENV"
+  "$TORCH_VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION"
+fi
