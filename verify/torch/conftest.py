@@ -12,6 +12,7 @@ collect_ignore_glob = [] if torch is not None else ["test_*.py"]
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and orthros._cuda (a CUDA build)")
+    config.addinivalue_line("markers", "slow: minutes on a 2-core machine (torch.compile with inductor); not in ctest")
 
 
 def gpu_skip_reason():

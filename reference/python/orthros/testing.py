@@ -33,10 +33,12 @@ import numpy as np
 from . import _core
 from ._safetensors import read_safetensors  # one reader, shared with examples/pytorch_port/st_io.py
 
-__all__ = ["GoldenCase", "assert_matches_golden", "golden_cases", "read_safetensors"]
+__all__ = ["GoldenCase", "LayerCase", "assert_matches_golden", "golden_cases", "read_safetensors"]
 
 OUTPUTS = ("o", "o_out", "lse", "lse_out")
 GRADIENTS = ("dq", "dq_out", "dk", "dv")
+LAYER_OUTPUTS = ("y", "y_out", "k_cache_after", "v_cache_after")
+LAYER_WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "alpha", "beta", "alpha_out", "beta_out", "q_norm", "k_norm")
 
 
 class GoldenCase:
@@ -91,6 +93,58 @@ class GoldenCase:
                 f"H_kv={self.H_kv} D={self.D} w={self.window}, {self.dtype}{', grad' if self.grad else ''})")
 
 
+class LayerCase:
+    """One case of a layer suite (`orthros golden --level layer`; docs/porting.md "Layer suite"),
+    as handed to the port.
+
+    Attributes: name, regime, description, dtype; x [T, d_model], x_out [T_out, d_model], weights
+    (dict: w_q [d_model, H_q*D], w_k, w_v [d_model, H_kv*D], w_o [H_q*D, d_model], alpha, beta,
+    alpha_out, beta_out [H_q*D], q_norm, k_norm [D] or None without QK-norm), k_cache, v_cache
+    [P, H_kv, D] (the cache before the call); T, P, T_out, d_model, H_q, H_kv, D, window,
+    rope_theta, qk_norm (bool), rms_eps, scale (1/sqrt(D)); grad False; entry. The port returns
+    y [T, d_model], y_out [T_out, d_model], k_cache_after, v_cache_after [P+T, H_kv, D]."""
+
+    grad = False
+
+    def __init__(self, entry, tensors, metadata, dtype):
+        self.entry = entry
+        self.name = entry["name"]
+        self.regime = entry.get("regime", "")
+        self.description = entry.get("description", "")
+        self.dtype = dtype
+        for n in ("x", "x_out", "k_cache", "v_cache") + LAYER_WEIGHTS[:8]:
+            if n not in tensors:
+                raise ValueError(f"case {self.name}: the layer case file has no tensor {n!r}")
+        self.x, self.x_out, self.k_cache, self.v_cache = (tensors[n] for n in ("x", "x_out", "k_cache", "v_cache"))
+        self.weights = {n: tensors.get(n) for n in LAYER_WEIGHTS}
+        self.H_q, self.H_kv, self.D = (int(metadata[n]) for n in ("num_q_heads", "num_kv_heads", "head_dim"))
+        self.window = int(metadata["window"])
+        self.rope_theta, self.rms_eps = float(metadata["rope_theta"]), float(metadata["rms_eps"])
+        self.qk_norm = metadata["qk_norm"] == "1"
+        self.T, self.d_model = self.x.shape
+        self.T_out, self.P = self.x_out.shape[0], self.k_cache.shape[0]
+        self.scale = 1.0 / math.sqrt(self.D)
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def __contains__(self, key):
+        return getattr(self, key, None) is not None
+
+    def position(self, tensor, row):
+        """Absolute position t (1-based) of row `row` of `tensor`: y rows P+i+1, y_out rows
+        P+T-T_out+i+1, cache rows i+1."""
+        if tensor.startswith(("k_cache", "v_cache")):
+            return row + 1
+        if tensor.endswith("_out"):
+            return self.P + self.T - self.T_out + row + 1
+        return self.P + row + 1
+
+    def __repr__(self):
+        return (f"LayerCase({self.name}: {self.regime}, T={self.T} P={self.P} T_out={self.T_out} "
+                f"d_model={self.d_model} H_q={self.H_q} H_kv={self.H_kv} D={self.D} w={self.window}, {self.dtype})")
+
+
 def _manifest(suite_dir):
     path = os.path.join(os.fspath(suite_dir), "manifest.json")
     try:
@@ -140,7 +194,10 @@ def golden_cases(suite_dir, grad=None, only=None, skip=None):
             raise ValueError(f"golden suite {suite_dir}, case {name}: says \"grad\": true but its expected file "
                              "has no dq, dq_out, dk, dv")
         dtype = emeta.get("dtype") or entry.get("dtype") or m.get("dtype")
-        yield GoldenCase(entry, tensors, meta, dtype, judged and grad is not False), expected, emeta
+        if m.get("level") == "layer":
+            yield LayerCase(entry, tensors, meta, dtype), expected, emeta
+        else:
+            yield GoldenCase(entry, tensors, meta, dtype, judged and grad is not False), expected, emeta
 
 
 def _as_numpy(x):
@@ -221,7 +278,9 @@ def assert_matches_golden(port_fn, suite_dir, *, grad=None, only=None, skip=None
     port_fn(case) gets a GoldenCase (q, k, v, q_out, window, scale, and do, do_out when
     case.grad) and returns a mapping with o [T,H_q,D], o_out [T_out,H_q,D], lse [T,H_q],
     lse_out [T_out,H_q] (natural log), plus dq, dq_out, dk, dv when case.grad: NumPy arrays (or
-    PyTorch tensors), any float dtype.
+    PyTorch tensors), any float dtype. On a layer suite (`orthros golden --level layer`) port_fn
+    gets a LayerCase (x, x_out, weights, k_cache, v_cache, config) and returns y [T,d_model],
+    y_out [T_out,d_model], k_cache_after, v_cache_after [P+T,H_kv,D], judged the same way.
     grad: None (default) judges gradients where the suite has them; False judges the forward
     only; True requires a gradient suite. only: substring(s) of case names to run; skip: case
     names (or a predicate on the manifest entry) the port does not support.
@@ -249,9 +308,10 @@ def assert_matches_golden(port_fn, suite_dir, *, grad=None, only=None, skip=None
                 raise
             raise RuntimeError(f"{msg}: {type(e).__name__}: {e}") from e
         if out is None or not hasattr(out, "__getitem__") or not hasattr(out, "__contains__"):
+            want = LAYER_OUTPUTS if isinstance(case, LayerCase) else OUTPUTS + (GRADIENTS if case.grad else ())
             raise TypeError(f"port_fn returned {type(out).__name__} on case {case.name}; expected a mapping with "
-                            f"{', '.join(OUTPUTS + (GRADIENTS if case.grad else ()))}")
-        names = OUTPUTS + (GRADIENTS if case.grad else ())
+                            f"{', '.join(want)}")
+        names = LAYER_OUTPUTS if isinstance(case, LayerCase) else OUTPUTS + (GRADIENTS if case.grad else ())
         n_grad += case.grad
         tensors, lines = {}, []
         for n in names:

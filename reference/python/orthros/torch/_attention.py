@@ -205,6 +205,8 @@ def attention(q, q_out, k_cache, v_cache, cu_seqlens_q, cu_seqlens_out, cache_se
     [sum T_out_b, H_q]); lse natural-log, float32 (float64 for float64 inputs), not differentiable.
     Differentiable in q, q_out, k_cache, v_cache when every P_b = 0 (training); a backward where
     some P_b > 0 raises orthros.Error. Raises orthros.Error on bad input, naming the argument."""
+    C.check_tensors(q=q, q_out=q_out, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_out=cu_seqlens_out, cache_seqlens=cache_seqlens)
     C.check_window(window)
     C.check_scale(scale)
     if not isinstance(deterministic, bool):
@@ -297,6 +299,9 @@ def rope_append_kv(k_new, v_new, k_cache, v_cache, cu_seqlens_q, cache_seqlens, 
     to zero output tokens per sequence). theta <= 0: plain append, nothing rotated. cu_seqlens_q
     int32 [B+1], cache_seqlens int32 [B] (the lengths AFTER the append). Mutates k_cache, v_cache
     (and q, q_out): not differentiable. Raises orthros.Error on bad input."""
+    C.check_tensors(k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_seqlens_q,
+                    cache_seqlens=cache_seqlens)
+    C.check_tensors(q=q, q_out=q_out, cu_seqlens_out=cu_seqlens_out, optional=True)
     C.check_float(theta, "theta")
     if isinstance(position_offset, bool) or not isinstance(position_offset, int) or position_offset < 0:
         raise Error(f"position_offset must be an int >= 0; got {position_offset!r}")

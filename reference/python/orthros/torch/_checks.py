@@ -17,6 +17,13 @@ def shape(t):
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
+def check_tensors(optional=False, **tensors):
+    """Each keyword is a torch.Tensor (or None when `optional`)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor) and not (optional and t is None):
+            raise Error(f"{name} must be a torch.Tensor (got {type(t).__name__})")
+
+
 def check_window(window):
     """window: a Python int >= 1 (keys, the current token included)."""
     if isinstance(window, bool) or not isinstance(window, int):
