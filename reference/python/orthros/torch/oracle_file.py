@@ -64,8 +64,12 @@ def torch_gradients(model, oracle_result):
     its tensors as run_oracle_model returns them), mapped onto the model's parameters:
     {torch parameter name: gradient in the parameter's layout (float64)}, tied parameters summed
     over their oracle names."""
-    from safetensors.torch import load_file
-    r = oracle_result if isinstance(oracle_result, dict) else load_file(str(oracle_result))
+    from safetensors.torch import load
+    if isinstance(oracle_result, dict):
+        r = oracle_result
+    else:
+        with open(oracle_result, "rb") as f:
+            r = load(f.read())
     names = {id(p): n for n, p in model.named_parameters()}
     grads = {}
     for name, p, transposed in oracle_parameters(model):
@@ -81,7 +85,7 @@ def run_oracle_model(orthros_exe, weights, tokens, out, *, t_out=None, targets=N
     t_out positions of `tokens` (None: all), and with `targets` the loss and every gradient.
     Returns the result file's tensors (dict of torch tensors). Raises orthros.Error with the
     command's message when it fails."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load
     cmd = [str(orthros_exe), "model", "--weights", str(weights), "--tokens", ",".join(str(int(t)) for t in tokens),
            "--dtype", dtype, "--out", str(out)]
     if t_out is not None:
@@ -91,4 +95,5 @@ def run_oracle_model(orthros_exe, weights, tokens, out, *, t_out=None, targets=N
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise Error(f"{' '.join(cmd[:2])} failed ({r.returncode}): {r.stderr.strip()}")
-    return load_file(str(out))
+    with open(out, "rb") as f:  # read into memory: a later run may rewrite `out` (a mapped file would fault)
+        return load(f.read())
