@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # GPU job of the Hugging Face conversion (docs/conversion.md): the bf16 proofs and the benchmarks
 # of a converted Qwen3-0.6B-shaped model, in ONE device call from the repository root (installs
-# nothing; the timeouts below sum to 450 s):
+# nothing; the timeouts below sum to 460 s):
 #   bash examples/hf_conversion/gpu_job.sh
 # Carry: build-py312-carry (ci/gpu_stage_python.sh: orthros._core and orthros._cuda built for the
 # device's Python 3.12, libgomp) and build/reference/orthros (the CPU oracle command; or set
 # ORTHROS). The package is assembled from the working tree's reference/python/orthros/ plus the
 # carried modules, as ci/gpu_torch.sh does. Logs and results under $OUT/hf_conversion (or
-# ./gpu-out/hf_conversion): proofs.{log,json}, bench.{log,json}, loss.log, loss_curve.{csv,png}.
+# ./gpu-out/hf_conversion): proofs.{log,json}, bench.{log,json}, loss.log, loss/loss_curve.{csv,png}, flex.log.
 # The tables are printed last. Exit status: nonzero if a proof failed or a part errored.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,14 +36,16 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 rc=0
 EX=examples/hf_conversion
 echo "== proofs (w >= T = original, regimes, greedy, torch vs oracle gradients)"
-timeout 170 "$PY" $EX/gpu_proofs.py --out "$OUTDIR" > "$OUTDIR/proofs.log" 2>&1 || rc=1
+timeout 150 "$PY" $EX/gpu_proofs.py --out "$OUTDIR" > "$OUTDIR/proofs.log" 2>&1 || rc=1
 echo "== benchmarks: prefill / decode at 32K, 128K; training at 8K"
-timeout 200 "$PY" $EX/gpu_bench.py --out "$OUTDIR" --only prefill,train > "$OUTDIR/bench.log" 2>&1 || rc=1
+timeout 180 "$PY" $EX/gpu_bench.py --out "$OUTDIR" --only prefill,train > "$OUTDIR/bench.log" 2>&1 || rc=1
 echo "== loss curve (300 steps, both models)"
 OUT_LOSS="$OUTDIR/loss"; mkdir -p "$OUT_LOSS"
-timeout 80 "$PY" $EX/gpu_bench.py --out "$OUT_LOSS" --only loss > "$OUTDIR/loss.log" 2>&1 || rc=1
+timeout 70 "$PY" $EX/gpu_bench.py --out "$OUT_LOSS" --only loss > "$OUTDIR/loss.log" 2>&1 || rc=1
+echo "== training peer: the converted model on FlexAttention (compiles on first use)"
+timeout 60 "$PY" $EX/gpu_flex.py --out "$OUTDIR" > "$OUTDIR/flex.log" 2>&1 || rc=1
 rm -rf "$PKG"
-for f in proofs.log bench.log loss.log; do
+for f in proofs.log bench.log loss.log flex.log; do
   echo "---- $f"; grep -E "^\|" "$OUTDIR/$f" || tail -15 "$OUTDIR/$f"
 done
 echo "exit status: $rc"
