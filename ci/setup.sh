@@ -88,21 +88,44 @@ PY
   echo "[setup] NCCL $NCCL_VERSION unpacked into .deps/nccl"
 fi
 
+# PyTorch for the orthros.torch tests (verify/torch), only when asked: ORTHROS_SETUP_TORCH=1 (set by
+# ci/test.sh; ci/verify.sh does not need it). torch pinned from PyPI (no Debian package; ~2 min,
+# 4.7 GB) into the venv .deps/venv-torch (git-ignored), made from /usr/bin/python3 with
+# --system-site-packages so Debian's numpy and pytest (python3-pytest) are the ones used. CMake
+# runs verify/torch with that venv's python (ORTHROS_TORCH_PYTHON); without it those tests skip.
+TORCH_VERSION=2.11.0
+TORCH_VENV="$ROOT/.deps/venv-torch"
+if [ "${ORTHROS_SETUP_TORCH:-0}" = 1 ]; then
+  if ! dpkg-query -W -f='${Status}' python3-pytest 2>/dev/null | grep -q "install ok installed"; then
+    echo "[setup] installing: python3-pytest"
+    $( [ "$(id -u)" -ne 0 ] && echo sudo ) env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends python3-pytest >/dev/null
+  fi
+  if "$TORCH_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" \
+       >/dev/null 2>&1; then
+    echo "[setup] torch $TORCH_VERSION present in .deps/venv-torch"
+  else
+    echo "[setup] torch: installing torch==$TORCH_VERSION into .deps/venv-torch (~2 min, 4.7 GB)"
+    /usr/bin/python3 -m venv --system-site-packages "$TORCH_VENV"
+    "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+  fi
+fi
+
 # transformers for the Hugging Face conversion (orthros.torch.convert, verify/hf, examples/hf_conversion):
-# the pinned PyPI release (the one the GPU machine has) with its dependencies, installed into the
-# Python that has torch (ORTHROS_TORCH_VENV, default .deps/venv-torch; git-ignored). Skipped when
-# that venv is absent (no torch: the verify/hf tests skip), when already installed, or with
-# ORTHROS_SKIP_TRANSFORMERS=1.
+# the pinned PyPI release (the one the GPU machine has) with its dependencies, into the same venv
+# .deps/venv-torch, when torch is asked for (ORTHROS_SETUP_TORCH=1) and that venv exists; skipped
+# when already installed or with ORTHROS_SKIP_TRANSFORMERS=1 (the verify/hf tests then skip).
 TRANSFORMERS_VERSION=5.17.0
-TORCH_VENV="${ORTHROS_TORCH_VENV:-$ROOT/.deps/venv-torch}"
-if [ "${ORTHROS_SKIP_TRANSFORMERS:-0}" = 1 ]; then
+if [ "${ORTHROS_SETUP_TORCH:-0}" != 1 ]; then
+  :
+elif [ "${ORTHROS_SKIP_TRANSFORMERS:-0}" = 1 ]; then
   echo "[setup] transformers: skipped (ORTHROS_SKIP_TRANSFORMERS=1)"
 elif [ ! -x "$TORCH_VENV/bin/python" ]; then
   echo "[setup] transformers: skipped (no torch venv at $TORCH_VENV)"
 elif "$TORCH_VENV/bin/python" -c "import sys, transformers; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" \
      >/dev/null 2>&1; then
-  echo "[setup] transformers $TRANSFORMERS_VERSION present in $TORCH_VENV"
+  echo "[setup] transformers $TRANSFORMERS_VERSION present in .deps/venv-torch"
 else
-  echo "[setup] transformers: installing transformers==$TRANSFORMERS_VERSION into $TORCH_VENV"
-  "$TORCH_VENV/bin/python" -m pip install -q "transformers==$TRANSFORMERS_VERSION"
+  echo "[setup] transformers: installing transformers==$TRANSFORMERS_VERSION into .deps/venv-torch"
+  "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
 fi

@@ -6,7 +6,7 @@
 # fuzz targets for a bounded time (ci/fuzz.sh); ORTHROS_SKIP_HARDENING=1 skips both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/setup.sh
+ORTHROS_SETUP_TORCH=1 bash ci/setup.sh   # also torch for verify/torch (the orthros.torch tests)
 bash ci/build.sh
 cd build
 ctest -LE bench -j "${ORTHROS_JOBS:-2}" --output-on-failure --timeout 900

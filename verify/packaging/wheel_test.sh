@@ -44,4 +44,6 @@ orthros golden --out "$WORK/golden-grad" --grad
 [ -f "$WORK/golden-grad/manifest.json" ] || { echo "[wheel] FAILED: no manifest"; exit 1; }
 
 ORTHROS_EXPECT_INSTALLED=1 "$WORK/venv/bin/python" "$SRC/verify/packaging/test_testing.py"
+# orthros.torch is in the wheel (pure Python; imported only with torch, which this venv may lack)
+"$WORK/venv/bin/python" -c "import orthros, os, sys; p = os.path.join(os.path.dirname(orthros.__file__), 'torch', '__init__.py'); sys.exit(0 if os.path.isfile(p) else '[wheel] FAILED: no ' + p)"
 echo "[wheel] passed in $((SECONDS - t0)) s"

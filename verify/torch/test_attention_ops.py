@@ -100,7 +100,7 @@ def test_attention_gradients_match_oracle_backward(regime, dtype, seed):
         b0, o0 = b0 + T, o0 + T_out
 
 
-@pytest.mark.parametrize("regime", ["sft", "ragged_training"])
+@pytest.mark.parametrize("regime", ["grad_sft", "grad_ragged"])
 def test_attention_gradcheck(regime):
     """Finite differences (torch.autograd.gradcheck, float64) of o and o_out in every input: an
     independent check of the backward and of the k_cache-layout mapping."""

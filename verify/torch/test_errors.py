@@ -65,6 +65,14 @@ def test_attention_rejects_scale(c, scale):
         call(c, scale=scale)
 
 
+def test_import_orthros_does_not_import_torch():
+    """`import orthros` works without torch: it never imports it (orthros.torch does, on request)."""
+    import subprocess
+    import sys
+    code = "import sys, orthros, orthros.testing; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
 def test_error_is_a_value_error():
     assert issubclass(orthros.Error, ValueError) and ot.Error is orthros.Error
 
@@ -81,6 +89,12 @@ def test_rope_append_kv_rejects():
     with pytest.raises(orthros.Error, match="q_out is given but cu_seqlens_out is not"):
         ot.rope_append_kv(k_new, k_new, c["k_cache"], c["v_cache"], c["cu_seqlens_q"], c["cache_seqlens"],
                           q=c["q"], q_out=c["q_out"])
+    with pytest.raises(orthros.Error, match="theta must be >= 0.0; got -1.0"):
+        ot.rope_append_kv(k_new, k_new, c["k_cache"], c["v_cache"], c["cu_seqlens_q"], c["cache_seqlens"],
+                          theta=-1.0)
+    with pytest.raises(orthros.Error, match="q_out is given without q"):
+        ot.rope_append_kv(k_new, k_new, c["k_cache"], c["v_cache"], c["cu_seqlens_q"], c["cache_seqlens"],
+                          q_out=c["q_out"], cu_seqlens_out=c["cu_seqlens_out"])
     with pytest.raises(orthros.Error, match="theta must be a finite float"):
         ot.rope_append_kv(k_new, k_new, c["k_cache"], c["v_cache"], c["cu_seqlens_q"], c["cache_seqlens"],
                           theta=float("nan"))

@@ -22,12 +22,18 @@ REGIMES = {
     "window_1": ([(10, 4, 0)], 2, 1, 8, 1),
     "window_beyond_context": ([(12, 12, 3)], 2, 2, 8, 100),
 }
+# small enough for finite differences (torch.autograd.gradcheck perturbs every input entry)
+GRAD_REGIMES = {
+    "grad_sft": ([(7, 3, 0)], 2, 1, 4, 3),
+    "grad_ragged": ([(6, 6, 0), (1, 1, 0), (5, 2, 0)], 4, 2, 4, 2),
+}
+REGIMES_ALL = {**REGIMES, **GRAD_REGIMES}
 
 
 def make_case(regime, seed, dtype=torch.float64, device="cpu", capacity_extra=3):
     """Inputs of a regime: q, q_out, k_cache, v_cache (rows 0..P_b+T_b-1 filled, the rest random
     too: rows beyond cache_seqlens must never be read), lengths, window."""
-    seqs, Hq, Hkv, D, w = REGIMES[regime]
+    seqs, Hq, Hkv, D, w = REGIMES_ALL[regime]
     g = torch.Generator().manual_seed(seed)
     B = len(seqs)
     cap = max(T + P for T, _, P in seqs) + capacity_extra

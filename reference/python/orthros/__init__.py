@@ -5,6 +5,8 @@ The compiled part is `orthros._core` (reference/python/orthros_py.cpp); everythi
 re-exported here, so `orthros.attention(...)`, `orthros.check_attention(...)`, `orthros.Model`,
 `orthros.Error`, ... are used as `orthros.<name>`. `orthros.testing` is pure Python and is
 imported on first use (`import orthros.testing` or `orthros.testing.assert_matches_golden`).
+`orthros.torch` (the PyTorch custom ops and `OrthrosAttention`, docs/torch.md) needs torch and is
+imported only explicitly (`import orthros.torch`); nothing here imports torch.
 """
 from . import _core
 from ._core import *  # noqa: F401,F403  (attention, attention_backward, check, check_attention, ...)

@@ -270,6 +270,9 @@ def _check_append(k_new, v_new, k_cache, v_cache, q, q_out):
     if k_cache.shape[2] != H_kv or k_cache.shape[3] != D:
         raise Error(f"k_cache has shape {C.shape(k_cache)}; expected [B, capacity, H_kv = {H_kv}, D = {D}] "
                     f"(k_new is {C.shape(k_new)})")
+    if q_out is not None and q is None:
+        raise Error("q_out is given without q: rope_append_kv rotates the output queries together with the base "
+                    "queries (pass q too)")
     for t, n in ((q, "q"), (q_out, "q_out")):
         if t is None:
             continue
@@ -294,15 +297,16 @@ def rope_append_kv(k_new, v_new, k_cache, v_cache, cu_seqlens_q, cache_seqlens, 
     [sum T_b, H_kv, D] go to cache rows cache_seqlens[b]-T_b .. cache_seqlens[b]-1 of k_cache,
     v_cache [B, capacity, H_kv, D]; keys are rotated (rotate-half RoPE, SPEC §2) at position =
     cache row + position_offset (0-based, as Hugging Face position_ids) when theta > 0, values
-    copied. q [sum T_b, H_q, D] and q_out [sum T_out_b, H_q, D] (the last T_out_b positions), when
-    given, are rotated in place at the same positions; cu_seqlens_out is then required (it defaults
-    to zero output tokens per sequence). theta <= 0: plain append, nothing rotated. cu_seqlens_q
+    copied. q [sum T_b, H_q, D] and q_out [sum T_out_b, H_q, D] (the last T_out_b positions; only
+    with q), when given, are rotated in place at the same positions; cu_seqlens_out is then
+    required (it defaults to zero output tokens per sequence). theta = 0: plain append, nothing
+    rotated (theta >= 0, finite). cu_seqlens_q
     int32 [B+1], cache_seqlens int32 [B] (the lengths AFTER the append). Mutates k_cache, v_cache
     (and q, q_out): not differentiable. Raises orthros.Error on bad input."""
     C.check_tensors(k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_seqlens_q,
                     cache_seqlens=cache_seqlens)
     C.check_tensors(q=q, q_out=q_out, cu_seqlens_out=cu_seqlens_out, optional=True)
-    C.check_float(theta, "theta")
+    C.check_float(theta, "theta", 0.0)
     if isinstance(position_offset, bool) or not isinstance(position_offset, int) or position_offset < 0:
         raise Error(f"position_offset must be an int >= 0; got {position_offset!r}")
     if cu_seqlens_out is None:
