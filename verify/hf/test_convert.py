@@ -96,5 +96,7 @@ def test_unsupported_models_and_arguments_raise_a_clear_error():
         model.hf(tokens(1, (1, 4)))
     with pytest.raises(ot.Error, match="labels select no token"):
         model(tokens(1, (1, 4)), labels=torch.full((1, 4), -100))
+    with pytest.raises(ot.Error, match="labels select no token among the last T_out = 1"):
+        model(tokens(1, (1, 4)), labels=tokens(1, (1, 4)), num_output_tokens=1)
     with pytest.raises(ot.Error, match=r"num_output_tokens must be in \[1, T = 4\]"):
         model(tokens(1, (1, 4)), num_output_tokens=5)

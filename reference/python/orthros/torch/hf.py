@@ -257,6 +257,8 @@ class OrthrosForCausalLM(torch.nn.Module):
         if labels is not None:
             targets = torch.full((B, T_out), IGNORE_INDEX, dtype=torch.long, device=labels.device)
             targets[:, :T_out - 1] = labels[:, T - T_out + 1:]        # position t predicts labels[t+1]
+            if not bool((targets != IGNORE_INDEX).any()):
+                raise Error(f"labels select no token among the last T_out = {T_out} positions' next tokens")
             loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                      targets.reshape(-1).to(logits.device),
                                                      ignore_index=IGNORE_INDEX)
