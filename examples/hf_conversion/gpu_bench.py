@@ -58,7 +58,7 @@ def bench_prefill_decode(a, log, orig, model, lengths, steps):
                 c.reset()
             return model.forward_packed(ids, cu(T), [1], caches)
 
-        with torch.inference_mode():
+        with torch.no_grad():
             t = timed(ours_prefill, dev, warmup=1, reps=3 if T <= 32768 else 2)
             log.add(part="prefill", T=T, impl="orthros (ours)", ms=t * 1e3)
             logits = ours_prefill()
@@ -75,7 +75,7 @@ def bench_prefill_decode(a, log, orig, model, lengths, steps):
         free()
         for name, backend in sdpa_backends(dev).items():
             try:
-                with torch.inference_mode():
+                with torch.no_grad():
                     run = lambda: orig(input_ids=ids[None], use_cache=True, logits_to_keep=1)  # noqa: E731
                     t = with_backend(backend, lambda: timed(run, dev, warmup=1, reps=2 if T <= 32768 else 1))
                     log.add(part="prefill", T=T, impl=f"original, {name}", ms=t * 1e3)
