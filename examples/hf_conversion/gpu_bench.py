@@ -158,7 +158,7 @@ def loss_curves(a, log, shape):
             losses.append(loss.item())
         curves[name] = losses
         log.add(part="loss curve", impl=name, text=f"{source} ({len(raw)} bytes)", steps=len(losses), first=losses[0],
-                last10_mean=sum(losses[-10:]) / 10, s=time.perf_counter() - t0)
+                last10_mean=sum(losses[-10:]) / len(losses[-10:]), s=time.perf_counter() - t0)
         del opt
         free()
     csv = Path(a.out) / "loss_curve.csv"
