@@ -100,3 +100,34 @@ def test_unsupported_models_and_arguments_raise_a_clear_error():
         model(tokens(1, (1, 4)), labels=tokens(1, (1, 4)), num_output_tokens=1)
     with pytest.raises(ot.Error, match=r"num_output_tokens must be in \[1, T = 4\]"):
         model(tokens(1, (1, 4)), num_output_tokens=5)
+
+
+PUBLISHED = {  # config.json of Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B (Llama's llama3 RoPE scaling left out)
+    "qwen3-0.6b": ("Qwen3", dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6,
+                                 rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=40960)),
+    "llama3.2-1b": ("Llama", dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                  num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=5e5,
+                                  rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=131072)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_shapes_convert(name):
+    """The conversion of the full published shapes (on the meta device: shapes only, no memory)."""
+    import transformers
+    arch, kw = PUBLISHED[name]
+    cfg = getattr(transformers, arch + "Config")(**kw)
+    with torch.device("meta"):
+        original = getattr(transformers, arch + "ForCausalLM")(cfg)
+    model = ot.convert(original, window=128)
+    d = kw["num_attention_heads"] * kw["head_dim"]
+    n_orig = sum(p.numel() for p in original.parameters())
+    n_conv = sum(p.numel() for p in model.parameters())
+    # the original's parameters, minus nothing, plus alpha, beta, alpha', beta' per layer
+    assert n_conv == n_orig + 4 * d * kw["num_hidden_layers"], (n_orig, n_conv)
+    a = model.orthros_attention(kw["num_hidden_layers"] - 1)
+    assert (a.num_q_heads, a.num_kv_heads, a.head_dim, a.window) == (kw["num_attention_heads"],
+                                                                    kw["num_key_value_heads"], kw["head_dim"], 128)
+    assert a.w_q.shape == (kw["hidden_size"], d) and a.w_o.shape == (d, kw["hidden_size"])
+    assert a.qk_norm == (arch == "Qwen3") and a.rope_theta == kw["rope_theta"] and a.rms_eps == kw["rms_norm_eps"]
