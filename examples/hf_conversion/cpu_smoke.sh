@@ -6,7 +6,6 @@ PY="$1"; ORTHROS="$2"; RUN="$3"
 EX="$(dirname "$0")/hf_conversion.py"
 rm -rf "$RUN"
 "$PY" "$EX" convert --run "$RUN" --arch llama --shape tiny --window 8
-"$PY" "$EX" train --run "$RUN" --steps 3 --seq-len 32 --batch 2
 "$PY" "$EX" train --run "$RUN" --steps 2 --seq-len 32 --batch 2 --sft
-"$PY" "$EX" generate --run "$RUN" --new 6 --chunk 3
-"$PY" "$EX" check --run "$RUN" --orthros "$ORTHROS" --seq-len 24
+"$PY" "$EX" generate --run "$RUN" --new 4 --chunk 3
+"$PY" "$EX" check --run "$RUN" --orthros "$ORTHROS" --seq-len 16
