@@ -26,7 +26,7 @@ def cuda_module():
 
 
 def available():
-    """True when orthros._cuda loads and reports a usable GPU with the Hopper kernels or the generic ones."""
+    """True when orthros._cuda loads (a CUDA build) and torch sees a CUDA device."""
     try:
         cuda_module()
     except _core.Error:
