@@ -73,3 +73,22 @@ def test_verify_runs_every_regime_of_a_converted_checkpoint(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS: all 10 regimes bitwise equal to PT" in r.stdout, r.stdout
     assert "(H_q=4 H_kv=2 D=8 w=6 theta=1e+06 qk_norm=yes) d_model=24 layers=2" in r.stdout, r.stdout
+
+
+def test_model_command_names_bad_input(tmp_path):
+    model = converted("llama", 62, window=4)
+    weights = tmp_path / "m.safetensors"
+    oracle_file.save_for_oracle(model, weights)
+    exe, out = orthros_exe(), tmp_path / "r.safetensors"
+    import orthros.torch as ot
+    with pytest.raises(ot.Error, match=r"token id 96 outside \[0, 96\)"):
+        oracle_file.run_oracle_model(exe, weights, [1, 96, 2], out)
+    with pytest.raises(ot.Error, match="--targets must hold T_out = 2 next-token ids"):
+        oracle_file.run_oracle_model(exe, weights, [1, 2, 3], out, t_out=2, targets=[4])
+    with pytest.raises(ot.Error, match=r"--t-out must be in \[1, T = 3\]"):
+        oracle_file.run_oracle_model(exe, weights, [1, 2, 3], out, t_out=4)
+    other = tmp_path / "case.safetensors"
+    from safetensors.torch import save_file
+    save_file({"q": torch.ones(1, 1, 2)}, str(other))  # an attention case, not a model
+    with pytest.raises(ot.Error, match="orthros_model"):
+        oracle_file.run_oracle_model(exe, other, [1], out)
