@@ -9,6 +9,8 @@
 # carried modules, as ci/gpu_torch.sh does. Logs and results under $OUT/hf_conversion (or
 # ./gpu-out/hf_conversion): proofs.{log,json}, bench.{log,json}, loss.log, loss/loss_curve.{csv,png}, flex.log.
 # The tables are printed last. Exit status: nonzero if a proof failed or a part errored.
+# HF_JOB_ARGS is appended to every script's arguments (a CPU dry run of the job:
+# HF_JOB_ARGS="--device cpu --small" PYTHON=<python with torch> ORTHROS_PY_CARRY=<dir with orthros/_core*.so>).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${ORTHROS_PY_CARRY:-build-py312-carry}
@@ -35,15 +37,16 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
   echo "oracle: ${ORTHROS:-MISSING}"; } 2>&1 | tee "$OUTDIR/env.txt"
 rc=0
 EX=examples/hf_conversion
+XA=${HF_JOB_ARGS:-}
 echo "== proofs (w >= T = original, regimes, greedy, torch vs oracle gradients)"
-timeout 150 "$PY" $EX/gpu_proofs.py --out "$OUTDIR" > "$OUTDIR/proofs.log" 2>&1 || rc=1
+timeout 150 "$PY" $EX/gpu_proofs.py --out "$OUTDIR" $XA > "$OUTDIR/proofs.log" 2>&1 || rc=1
 echo "== benchmarks: prefill / decode at 32K, 128K; training at 8K"
-timeout 180 "$PY" $EX/gpu_bench.py --out "$OUTDIR" --only prefill,train > "$OUTDIR/bench.log" 2>&1 || rc=1
-echo "== loss curve (300 steps, both models)"
+timeout 170 "$PY" $EX/gpu_bench.py --out "$OUTDIR" --only prefill,train $XA > "$OUTDIR/bench.log" 2>&1 || rc=1
+echo "== loss curve (250 steps, both models)"
 OUT_LOSS="$OUTDIR/loss"; mkdir -p "$OUT_LOSS"
-timeout 70 "$PY" $EX/gpu_bench.py --out "$OUT_LOSS" --only loss > "$OUTDIR/loss.log" 2>&1 || rc=1
+timeout 80 "$PY" $EX/gpu_bench.py --out "$OUT_LOSS" --only loss --loss-steps 250 $XA > "$OUTDIR/loss.log" 2>&1 || rc=1
 echo "== training peer: the converted model on FlexAttention (compiles on first use)"
-timeout 60 "$PY" $EX/gpu_flex.py --out "$OUTDIR" > "$OUTDIR/flex.log" 2>&1 || rc=1
+timeout 60 "$PY" $EX/gpu_flex.py --out "$OUTDIR" $XA > "$OUTDIR/flex.log" 2>&1 || rc=1
 rm -rf "$PKG"
 for f in proofs.log bench.log loss.log flex.log; do
   echo "---- $f"; grep -E "^\|" "$OUTDIR/$f" || tail -15 "$OUTDIR/$f"
