@@ -124,6 +124,14 @@ def bench_train(a, log, orig, model, T):
     orig.eval()
 
 
+def write_csv(path, curves):
+    names = list(curves)
+    with open(path, "w") as f:
+        f.write("step," + ",".join(names) + "\n")
+        for s in range(len(curves[names[0]])):
+            f.write(f"{s}," + ",".join(f"{curves[n][s]:.6f}" for n in names) + "\n")
+
+
 def loss_curves(a, log, shape):
     dev = a.device
     dtype = torch.bfloat16 if dev != "cpu" else torch.float32
@@ -161,18 +169,13 @@ def loss_curves(a, log, shape):
                 last10_mean=sum(losses[-10:]) / len(losses[-10:]), s=time.perf_counter() - t0)
         del opt
         free()
-    csv = Path(a.out) / "loss_curve.csv"
-    names = list(curves)
-    with open(csv, "w") as f:
-        f.write("step," + ",".join(names) + "\n")
-        for s in range(a.loss_steps):
-            f.write(f"{s}," + ",".join(f"{curves[n][s]:.6f}" for n in names) + "\n")
+        write_csv(Path(a.out) / "loss_curve.csv", curves)   # after each model: a timeout keeps the first
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(6.4, 4))
-        for n in names:
+        for n in curves:
             ax.plot(curves[n], label=n, lw=1)
         ax.set_xlabel("step")
         ax.set_ylabel("next-token loss (nats)")
