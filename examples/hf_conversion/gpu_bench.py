@@ -179,7 +179,8 @@ def loss_curves(a, log, shape):
             ax.plot(curves[n], label=n, lw=1)
         ax.set_xlabel("step")
         ax.set_ylabel("next-token loss (nats)")
-        ax.set_title(f"{source} bytes, Qwen3-0.6B layers x{a.loss_layers}, T {a.loss_seq} x {a.loss_batch}, w 128")
+        ax.set_title(f"{Path(source).name} bytes; Qwen3-0.6B layers x{a.loss_layers}; T {a.loss_seq} x {a.loss_batch}; "
+                     f"w 128", fontsize=9)
         ax.legend()
         fig.tight_layout()
         fig.savefig(Path(a.out) / "loss_curve.png", dpi=120)
