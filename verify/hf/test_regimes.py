@@ -74,11 +74,16 @@ def test_sft_rows_follow_the_labels():
         out = model(ids, labels=labels)
         pt = model(ids).logits
     assert out.logits.shape == (2, 12 - 6, 96)   # T_out from the earliest predicting position
-    assert (out.logits - pt[:, 6:]).abs().max().item() < 1e-4
-    # the loss is Hugging Face's: mean cross-entropy over the kept next-token labels
+    E = max(Oracle(model).logits(ids[b].tolist())[1] for b in range(2))
+    dz = (out.logits - pt[:, 6:]).abs().max().item()
+    assert dz <= pair_bound(E), f"SFT rows vs PT rows: {dz:.3g} > {pair_bound(E):.3g}"
+    # The loss is Hugging Face's: the mean cross-entropy over the kept next-token labels. From the
+    # PT logits it differs by at most 2 max|dz| (each term's gradient in the logits has L1 norm <= 2)
+    # plus the float32 rounding of n = 8 terms' mean and log-sum-exps ((n + 4) u |loss|, u = 2^-24).
     shift_logits, shift_labels = pt[:, :-1].reshape(-1, 96), labels[:, 1:].reshape(-1)
-    ref = torch.nn.functional.cross_entropy(shift_logits, shift_labels, ignore_index=-100)
-    assert abs(out.loss.item() - ref.item()) < 1e-5
+    ref = torch.nn.functional.cross_entropy(shift_logits, shift_labels, ignore_index=-100).item()
+    tol = 2 * dz + 12 * 2.0 ** -24 * max(abs(ref), 1.0)
+    assert abs(out.loss.item() - ref) <= tol, f"loss {out.loss.item()} vs {ref} (bound {tol:.3g})"
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -101,6 +106,8 @@ def test_greedy_generation_reproduces_the_pt_argmax(arch):
                 continue   # a near tie: the argmax may differ within the bound; not a check
             assert int(pt[s].argmax()) == gen[s], f"step {s}: PT argmax {int(pt[s].argmax())}, generated {gen[s]}"
             checked += 1
+    # the seeded weights give logits of O(1) spread over 96 tokens: near ties (top-2 margin within the
+    # regime bound, ~1e-5) are rare; the check must not pass vacuously, so at most one per sequence
     assert checked >= 2 * new - 2, f"only {checked} of {2 * new} positions had a clear argmax"
 
 
