@@ -184,7 +184,7 @@ def test_training_step_on_cuda_matches_cpu_oracle_layer():
     x_out = torch.randn(30, 64, dtype=torch.float64)
     outs = []
     for layer, dev, dt in ((cpu, "cpu", torch.float64), (gpu_layer, "cuda", torch.float32)):
-        xx = x.to(dev, dt).requires_grad_()
+        xx = x.detach().to(dev, dt, copy=True).requires_grad_()  # a new leaf per iteration (.to may return x)
         y, y_out = layer(xx, x_out.to(dev, dt))
         (y.square().sum() + y_out.sum()).backward()
         outs.append([xx.grad.double().cpu()] + [p.grad.double().cpu() for p in layer.parameters()])

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .. import _core
 from . import _checks as C
-from ._cuda_backend import cuda_module, stream_of, workspace
+from ._cuda_backend import SizeCache, cuda_module, device_guard, dlpack, stream_of, workspace
 
 Error = _core.Error
 
@@ -40,11 +40,12 @@ def _np(t):
 def attention_op(q: Tensor, q_out: Tensor, k_cache: Tensor, v_cache: Tensor, cu_seqlens_q: Tensor,
                  cu_seqlens_out: Tensor, cache_seqlens: Tensor, window: int, scale: Optional[float],
                  deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    if q.is_cuda:
+        return _attention_cuda(q, q_out, k_cache, v_cache, cu_seqlens_q, cu_seqlens_out, cache_seqlens, window, scale,
+                               deterministic)
     C.check_attention_shapes(q, q_out, k_cache, v_cache)
     q_lens, out_lens, cache_lens = _layout(q, q_out, k_cache, cu_seqlens_q, cu_seqlens_out, cache_seqlens)
     H_q = q.shape[1]
-    if q.device.type == "cuda":
-        return _attention_cuda(q, q_out, k_cache, v_cache, q_lens, out_lens, cache_lens, window, scale, deterministic)
     o, o_out = torch.zeros_like(q), torch.zeros_like(q_out)
     lse = q.new_zeros((q.shape[0], H_q), dtype=_lse_dtype(q))
     lse_out = q.new_zeros((q_out.shape[0], H_q), dtype=_lse_dtype(q))
@@ -61,23 +62,46 @@ def attention_op(q: Tensor, q_out: Tensor, k_cache: Tensor, v_cache: Tensor, cu_
     return o, o_out, lse, lse_out
 
 
-def _attention_cuda(q, q_out, k_cache, v_cache, q_lens, out_lens, cache_lens, window, scale, deterministic):
-    cu = cuda_module()
-    H_q, H_kv, D = q.shape[1], k_cache.shape[2], q.shape[2]
-    o = torch.empty_like(q)
-    o_out = torch.empty_like(q_out)
-    lse = torch.empty((q.shape[0], H_q), dtype=torch.float32, device=q.device)
-    lse_out = torch.empty((q_out.shape[0], H_q), dtype=torch.float32, device=q.device)
-    has_out = q_out.shape[0] > 0
-    with torch.cuda.device(q.device):
-        nbytes = cu.attention_workspace_bytes(
-            dtype=C.CUDA_DTYPE_NAMES[q.dtype], num_q_heads=H_q, num_kv_heads=H_kv, head_dim=D, window=window,
-            deterministic=deterministic, num_splits=0, q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens)
-        cu.attention_forward(
-            q=q, q_out=q_out if has_out else None, k_cache=k_cache, v_cache=v_cache, o=o,
-            o_out=o_out if has_out else None, lse=lse, lse_out=lse_out if has_out else None,
-            workspace=workspace(nbytes, q.device), q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens,
-            window=window, scale=scale, deterministic=deterministic, num_splits=0, stream=stream_of(q.device))
+# The CUDA path's host work per call is what a decode step waits for (a 128K-token decode is
+# ~0.15 ms of GPU time), so it checks in Python only what orthros._cuda cannot see (the
+# cu_seqlens tensors: int32, 1-d, B+1 entries, starting at 0, non-decreasing; T_out_b <= T_b;
+# cache_seqlens >= T_b) and leaves dtypes, shapes against the lengths, contiguity, alignment,
+# devices and the capacity to the extension, which checks each before any CUDA call. When the
+# call fails, the op's own checks (check_attention_shapes, _layout: the CPU path's, with the
+# messages of the torch argument names) run and raise if they find the fault; otherwise the
+# extension's error propagates.
+_forward_sizes = SizeCache()
+_backward_sizes = SizeCache()
+
+
+def _attention_cuda(q, q_out, k_cache, v_cache, cu_seqlens_q, cu_seqlens_out, cache_seqlens, window, scale,
+                    deterministic):
+    try:
+        cu = cuda_module()
+        q_lens, out_lens, cache_lens = C.lengths(cu_seqlens_q, cu_seqlens_out, cache_seqlens)
+        n, H_q = q.shape[0], q.shape[1]
+        o = torch.empty_like(q)
+        o_out = torch.empty_like(q_out)
+        lse = torch.empty((n, H_q), dtype=torch.float32, device=q.device)
+        lse_out = torch.empty((q_out.shape[0], H_q), dtype=torch.float32, device=q.device)
+        has_out = q_out.shape[0] > 0
+        with device_guard(q.device):
+            key = (q.dtype, q.device.index, H_q, k_cache.shape[2], q.shape[2], window, deterministic, tuple(q_lens),
+                   tuple(out_lens), tuple(cache_lens))
+            nbytes = _forward_sizes.get(key, lambda: cu.attention_workspace_bytes(
+                dtype=C.CUDA_DTYPE_NAMES[q.dtype], num_q_heads=H_q, num_kv_heads=k_cache.shape[2],
+                head_dim=q.shape[2], window=window, deterministic=deterministic, num_splits=0, q_lens=q_lens,
+                out_lens=out_lens, cache_lens=cache_lens))
+            cu.attention_forward(
+                q=dlpack(q), q_out=dlpack(q_out) if has_out else None, k_cache=dlpack(k_cache),
+                v_cache=dlpack(v_cache), o=dlpack(o), o_out=dlpack(o_out) if has_out else None, lse=dlpack(lse),
+                lse_out=dlpack(lse_out) if has_out else None, workspace=dlpack(workspace(nbytes, q.device)),
+                q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens, window=window, scale=scale,
+                deterministic=deterministic, num_splits=0, stream=stream_of(q.device))
+    except Exception:
+        C.check_attention_shapes(q, q_out, k_cache, v_cache)
+        _layout(q, q_out, k_cache, cu_seqlens_q, cu_seqlens_out, cache_seqlens)
+        raise
     return o, o_out, lse, lse_out
 
 
@@ -97,22 +121,11 @@ def attention_backward_op(q: Tensor, q_out: Tensor, k_cache: Tensor, v_cache: Te
                           lse: Tensor, lse_out: Tensor, d_o: Tensor, d_o_out: Tensor, cu_seqlens_q: Tensor,
                           cu_seqlens_out: Tensor, cache_seqlens: Tensor, window: int, scale: Optional[float],
                           deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    C.check_attention_shapes(q, q_out, k_cache, v_cache)
-    dts = C.activation_dtypes(q.device)
-    for t, n, like in ((o, "o", q), (o_out, "o_out", q_out), (d_o, "d_o", q), (d_o_out, "d_o_out", q_out)):
-        C.check_tensor(t, n, 3, q.device, dts)
-        if t.shape != like.shape:
-            raise Error(f"{n} has shape {C.shape(t)}; expected {C.shape(like)}")
-    C.check_same_dtype(q, "q", (o, "o"), (o_out, "o_out"), (d_o, "d_o"), (d_o_out, "d_o_out"))
-    q_lens, out_lens, cache_lens = _layout(q, q_out, k_cache, cu_seqlens_q, cu_seqlens_out, cache_seqlens)
-    for b, (T, L) in enumerate(zip(q_lens, cache_lens)):
-        if L != T:
-            raise Error(f"the attention backward needs an empty KV-cache prefix (P_b = 0: training, PT or SFT); "
-                        f"sequence {b} has P = cache_seqlens[{b}] - T = {L} - {T} = {L - T} cached positions. "
-                        f"Run prefill/decode under torch.no_grad(), or pass the whole sequence with cache_seqlens = T")
-    if q.device.type == "cuda":
-        return _attention_backward_cuda(q, q_out, k_cache, v_cache, o, o_out, lse, lse_out, d_o, d_o_out, q_lens,
-                                        out_lens, cache_lens, window, scale, deterministic)
+    if q.is_cuda:
+        return _attention_backward_cuda(q, q_out, k_cache, v_cache, o, o_out, lse, lse_out, d_o, d_o_out, cu_seqlens_q,
+                                        cu_seqlens_out, cache_seqlens, window, scale, deterministic)
+    q_lens, out_lens, cache_lens = _check_backward(q, q_out, k_cache, v_cache, o, o_out, d_o, d_o_out, cu_seqlens_q,
+                                                   cu_seqlens_out, cache_seqlens)
     dq, dq_out = torch.zeros_like(q), torch.zeros_like(q_out)
     dk, dv = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
     b0 = o0 = 0
@@ -129,27 +142,65 @@ def attention_backward_op(q: Tensor, q_out: Tensor, k_cache: Tensor, v_cache: Te
     return dq, dq_out, dk, dv
 
 
-def _attention_backward_cuda(q, q_out, k_cache, v_cache, o, o_out, lse, lse_out, d_o, d_o_out, q_lens, out_lens,
-                             cache_lens, window, scale, deterministic):
-    cu = cuda_module()
-    H_q, H_kv, D = q.shape[1], k_cache.shape[2], q.shape[2]
-    n = q.shape[0]
-    has_out = q_out.shape[0] > 0
-    dq, dq_out = torch.empty_like(q), torch.empty_like(q_out)
-    dk_packed = torch.empty((n, H_kv, D), dtype=q.dtype, device=q.device)  # [sum T_b, H_kv, D]
-    dv_packed = torch.empty_like(dk_packed)
-    with torch.cuda.device(q.device):
-        nbytes = cu.attention_backward_workspace_bytes(
-            dtype=C.CUDA_DTYPE_NAMES[q.dtype], num_q_heads=H_q, num_kv_heads=H_kv, head_dim=D, window=window,
-            deterministic=deterministic, q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens)
-        opt = (lambda t: t if has_out else None)
-        cu.attention_backward(
-            q=q, q_out=opt(q_out), k_cache=k_cache, v_cache=v_cache, o=o, o_out=opt(o_out), lse=lse,
-            lse_out=opt(lse_out), d_o=d_o, d_o_out=opt(d_o_out), dq=dq, dq_out=opt(dq_out), dk=dk_packed, dv=dv_packed,
-            workspace=workspace(nbytes, q.device), q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens,
-            window=window, scale=scale, deterministic=deterministic, stream=stream_of(q.device))
+def _require_training(q_lens, cache_lens):
+    if cache_lens != q_lens:
+        b = next(i for i, (T, L) in enumerate(zip(q_lens, cache_lens)) if L != T)
+        T, L = q_lens[b], cache_lens[b]
+        raise Error(f"the attention backward needs an empty KV-cache prefix (P_b = 0: training, PT or SFT); "
+                    f"sequence {b} has P = cache_seqlens[{b}] - T = {L} - {T} = {L - T} cached positions. "
+                    f"Run prefill/decode under torch.no_grad(), or pass the whole sequence with cache_seqlens = T")
+
+
+def _check_backward(q, q_out, k_cache, v_cache, o, o_out, d_o, d_o_out, cu_seqlens_q, cu_seqlens_out, cache_seqlens):
+    """Every check of the backward's arguments; returns (q_lens, out_lens, cache_lens)."""
+    C.check_attention_shapes(q, q_out, k_cache, v_cache)
+    dts = C.activation_dtypes(q.device)
+    for t, n, like in ((o, "o", q), (o_out, "o_out", q_out), (d_o, "d_o", q), (d_o_out, "d_o_out", q_out)):
+        C.check_tensor(t, n, 3, q.device, dts)
+        if t.shape != like.shape:
+            raise Error(f"{n} has shape {C.shape(t)}; expected {C.shape(like)}")
+    C.check_same_dtype(q, "q", (o, "o"), (o_out, "o_out"), (d_o, "d_o"), (d_o_out, "d_o_out"))
+    q_lens, out_lens, cache_lens = _layout(q, q_out, k_cache, cu_seqlens_q, cu_seqlens_out, cache_seqlens)
+    _require_training(q_lens, cache_lens)
+    return q_lens, out_lens, cache_lens
+
+
+def _attention_backward_cuda(q, q_out, k_cache, v_cache, o, o_out, lse, lse_out, d_o, d_o_out, cu_seqlens_q,
+                             cu_seqlens_out, cache_seqlens, window, scale, deterministic):
+    """As _attention_cuda: the cu_seqlens checks and P_b = 0 here, the rest in the extension, the
+    full checks when the call fails."""
+    try:
+        cu = cuda_module()
+        q_lens, out_lens, cache_lens = C.lengths(cu_seqlens_q, cu_seqlens_out, cache_seqlens)
+        _require_training(q_lens, cache_lens)
+        H_q, H_kv, D = q.shape[1], k_cache.shape[2], q.shape[2]
+        has_out = q_out.shape[0] > 0
+        dq, dq_out = torch.empty_like(q), torch.empty_like(q_out)
+        dk_packed = torch.empty((q.shape[0], H_kv, D), dtype=q.dtype, device=q.device)  # [sum T_b, H_kv, D]
+        dv_packed = torch.empty_like(dk_packed)
+        with device_guard(q.device):
+            key = (q.dtype, q.device.index, H_q, H_kv, D, window, deterministic, tuple(q_lens), tuple(out_lens))
+            nbytes = _backward_sizes.get(key, lambda: cu.attention_backward_workspace_bytes(
+                dtype=C.CUDA_DTYPE_NAMES[q.dtype], num_q_heads=H_q, num_kv_heads=H_kv, head_dim=D, window=window,
+                deterministic=deterministic, q_lens=q_lens, out_lens=out_lens, cache_lens=cache_lens))
+            opt = (lambda t: dlpack(t) if has_out else None)
+            cu.attention_backward(
+                q=dlpack(q), q_out=opt(q_out), k_cache=dlpack(k_cache), v_cache=dlpack(v_cache), o=dlpack(o),
+                o_out=opt(o_out), lse=dlpack(lse), lse_out=opt(lse_out), d_o=dlpack(d_o), d_o_out=opt(d_o_out),
+                dq=dlpack(dq), dq_out=opt(dq_out), dk=dlpack(dk_packed), dv=dlpack(dv_packed),
+                workspace=dlpack(workspace(nbytes, q.device)), q_lens=q_lens, out_lens=out_lens,
+                cache_lens=cache_lens, window=window, scale=scale, deterministic=deterministic,
+                stream=stream_of(q.device))
+    except Exception:
+        _check_backward(q, q_out, k_cache, v_cache, o, o_out, d_o, d_o_out, cu_seqlens_q, cu_seqlens_out,
+                        cache_seqlens)
+        raise
     # dk/dv come packed per sequence; the gradient of k_cache/v_cache [B, capacity, H_kv, D] holds
-    # sequence b's rows at cache rows 0..T_b-1 and zeros elsewhere (rows no call reads).
+    # sequence b's rows at cache rows 0..T_b-1 and zeros elsewhere (rows no call reads). When every
+    # T_b is the capacity, the packed rows are that layout already (sequence b's at b * capacity).
+    capacity = k_cache.shape[1]
+    if all(T == capacity for T in q_lens):
+        return dq, dq_out, dk_packed.view(k_cache.shape), dv_packed.view(v_cache.shape)
     dk, dv = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
     b0 = 0
     for b, T in enumerate(q_lens):

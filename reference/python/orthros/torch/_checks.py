@@ -1,6 +1,7 @@
 """Argument checks shared by the orthros.torch ops: every violation raises orthros.Error (a
 ValueError) naming the argument and the values, before any kernel or oracle call."""
 import math
+import operator
 
 import torch
 
@@ -116,42 +117,53 @@ def _int_list(t, name, n=None):
         raise Error(f"{name} must be 1-d; got shape {shape(t)}")
     if n is not None and t.shape[0] != n:
         raise Error(f"{name} must have {n} entries; got {t.shape[0]}")
-    return [int(v) for v in t.tolist()]  # a CUDA tensor: a device -> host copy (a sync)
+    return t.tolist()  # Python ints; a CUDA tensor: a device -> host copy (a sync)
 
 
-def lengths(cu_seqlens_q, cu_seqlens_out, cache_seqlens, n_q, n_out, capacity=None):
+def _first(pairs, bad):
+    """Index of the first pair (a, b) with bad(a, b); the loop runs only when one is known to exist."""
+    return next(i for i, (a, b) in enumerate(pairs) if bad(a, b))
+
+
+def lengths(cu_seqlens_q, cu_seqlens_out, cache_seqlens, n_q=None, n_out=None, capacity=None):
     """Per-sequence lengths from FlashAttention-style cumulative sequence lengths.
 
     cu_seqlens_q [B+1] (int32, 0 = first, last = n_q = sum T_b, non-decreasing), cu_seqlens_out
     [B+1] (last = n_out = sum T_out_b, T_out_b <= T_b), cache_seqlens [B] (P_b + T_b, at least T_b,
-    at most `capacity`; None: P_b = 0). Returns (q_lens, out_lens, cache_lens) as lists of ints."""
+    at most `capacity`; None: P_b = 0). n_q / n_out / capacity None: that comparison is left to
+    the caller (the CUDA extension checks the row counts and the capacity against the arrays'
+    shapes itself). Returns (q_lens, out_lens, cache_lens) as lists of ints. The checks run as
+    list operations in C (min, map, ==); a failing one locates the offending sequence for the
+    message."""
     cq = _int_list(cu_seqlens_q, "cu_seqlens_q")
     if len(cq) < 2:
         raise Error(f"cu_seqlens_q must have B+1 >= 2 entries; got {len(cq)}")
     B = len(cq) - 1
     co = _int_list(cu_seqlens_out, "cu_seqlens_out", B + 1)
+    lens = {}
     for name, cu, total, rows in (("cu_seqlens_q", cq, n_q, "q"), ("cu_seqlens_out", co, n_out, "q_out")):
         if cu[0] != 0:
             raise Error(f"{name}[0] must be 0; got {cu[0]} ({name} = {cu})")
-        for b in range(B):
-            if cu[b + 1] < cu[b]:
-                raise Error(f"{name} must be non-decreasing; {name}[{b + 1}] = {cu[b + 1]} < {name}[{b}] = {cu[b]}")
-        if cu[B] != total:
+        diff = list(map(operator.sub, cu[1:], cu[:-1]))
+        if min(diff) < 0:
+            b = next(i for i, d in enumerate(diff) if d < 0)
+            raise Error(f"{name} must be non-decreasing; {name}[{b + 1}] = {cu[b + 1]} < {name}[{b}] = {cu[b]}")
+        if total is not None and cu[B] != total:
             raise Error(f"{name}[-1] = {cu[B]} must equal the rows of {rows} ({total})")
-    q_lens = [cq[b + 1] - cq[b] for b in range(B)]
-    out_lens = [co[b + 1] - co[b] for b in range(B)]
-    for b in range(B):
-        if out_lens[b] > q_lens[b]:
-            raise Error(f"sequence {b}: T_out = {out_lens[b]} (cu_seqlens_out) exceeds T = {q_lens[b]} (cu_seqlens_q)")
+        lens[name] = diff
+    q_lens, out_lens = lens["cu_seqlens_q"], lens["cu_seqlens_out"]
+    if any(map(operator.gt, out_lens, q_lens)):
+        b = _first(zip(out_lens, q_lens), operator.gt)
+        raise Error(f"sequence {b}: T_out = {out_lens[b]} (cu_seqlens_out) exceeds T = {q_lens[b]} (cu_seqlens_q)")
     if cache_seqlens is None:
-        cache_lens = list(q_lens)
-    else:
-        cache_lens = _int_list(cache_seqlens, "cache_seqlens", B)
-        for b in range(B):
-            if cache_lens[b] < q_lens[b]:
-                raise Error(f"cache_seqlens[{b}] = {cache_lens[b]} must be >= T_{b} = {q_lens[b]} (it counts the "
-                            f"cached positions P_b plus this call's T_b tokens)")
-            if capacity is not None and cache_lens[b] > capacity:
-                raise Error(f"cache_seqlens[{b}] = {cache_lens[b]} exceeds the cache capacity {capacity} "
-                            f"(k_cache axis 1)")
+        return q_lens, out_lens, list(q_lens)
+    cache_lens = _int_list(cache_seqlens, "cache_seqlens", B)
+    if any(map(operator.lt, cache_lens, q_lens)):
+        b = _first(zip(cache_lens, q_lens), operator.lt)
+        raise Error(f"cache_seqlens[{b}] = {cache_lens[b]} must be >= T_{b} = {q_lens[b]} (it counts the "
+                    f"cached positions P_b plus this call's T_b tokens)")
+    if capacity is not None and max(cache_lens) > capacity:
+        b = next(i for i, n in enumerate(cache_lens) if n > capacity)
+        raise Error(f"cache_seqlens[{b}] = {cache_lens[b]} exceeds the cache capacity {capacity} "
+                    f"(k_cache axis 1)")
     return q_lens, out_lens, cache_lens
