@@ -139,3 +139,22 @@ if [ "${ORTHROS_SETUP_TORCH:-0}" = 1 ]; then
     "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
   fi
 fi
+
+# transformers for the Hugging Face conversion (orthros.torch.convert, verify/hf, examples/hf_conversion):
+# the pinned PyPI release (the one the GPU machine has) with its dependencies, into the same venv
+# .deps/venv-torch, when torch is asked for (ORTHROS_SETUP_TORCH=1) and that venv exists; skipped
+# when already installed or with ORTHROS_SKIP_TRANSFORMERS=1 (the verify/hf tests then skip).
+TRANSFORMERS_VERSION=5.17.0
+if [ "${ORTHROS_SETUP_TORCH:-0}" != 1 ]; then
+  :
+elif [ "${ORTHROS_SKIP_TRANSFORMERS:-0}" = 1 ]; then
+  echo "[setup] transformers: skipped (ORTHROS_SKIP_TRANSFORMERS=1)"
+elif [ ! -x "$TORCH_VENV/bin/python" ]; then
+  echo "[setup] transformers: skipped (no torch venv at $TORCH_VENV)"
+elif "$TORCH_VENV/bin/python" -c "import sys, transformers; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" \
+     >/dev/null 2>&1; then
+  echo "[setup] transformers $TRANSFORMERS_VERSION present in .deps/venv-torch"
+else
+  echo "[setup] transformers: installing transformers==$TRANSFORMERS_VERSION into .deps/venv-torch"
+  "$TORCH_VENV/bin/python" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
+fi

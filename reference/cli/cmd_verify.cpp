@@ -4,6 +4,7 @@
 #include "command.hpp"
 
 #include "orthros/configs.hpp"
+#include "orthros/model_io.hpp"
 #include "orthros/regimes.hpp"
 #include "orthros/safetensors.hpp"
 #include "verify_grad.hpp"
@@ -35,6 +36,7 @@ struct VerifyArgs {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string dtype = "f64";
   std::string device = "cpu";
+  std::string weights;  // model file (model_io.hpp); empty: seeded random weights of --config
   bool grad = false;
 };
 
@@ -69,6 +71,8 @@ class Verifier {
  public:
   Verifier(const ModelConfig& c, std::uint64_t seed, std::vector<int> text)
       : c_(c), w_(random_weights<S>(c, seed)), text_(std::move(text)) {}
+  Verifier(LoadedModel<S> m, std::vector<int> text)
+      : c_(m.config), w_(std::move(m.weights)), text_(std::move(text)) {}
 
   /// Compares `got` row r with reference row ref_row0 + r for every r.
   static void compare(Row& row, const Mat<S>& got, const Mat<S>& ref, Eigen::Index ref_row0) {
@@ -173,9 +177,12 @@ class Verifier {
 };
 
 int print_table(const std::vector<Row>& rows, const VerifyArgs& a, const ModelConfig& c) {
+  if (!a.weights.empty())
+    std::printf("\northros verify: weights=%s V=%d d_ff=%d rms_eps=%g", a.weights.c_str(), c.vocab_size, c.d_ff,
+                c.rms_eps);
   std::printf("\northros verify: config=%s (H_q=%d H_kv=%d D=%d w=%lld theta=%g qk_norm=%s) d_model=%d layers=%d "
               "T=%d dtype=%s seed=%u\n",
-              a.config.c_str(), c.attn.num_q_heads, c.attn.num_kv_heads, c.attn.head_dim,
+              (a.weights.empty() ? a.config : std::string("(--weights)")).c_str(), c.attn.num_q_heads, c.attn.num_kv_heads, c.attn.head_dim,
               static_cast<long long>(c.attn.window), c.attn.rope_theta, c.attn.qk_norm ? "yes" : "no", c.d_model,
               c.num_layers, a.seq_len, a.dtype.c_str(), a.seed);
   std::printf("%-40s %10s %16s %8s %9s\n", "regime", "positions", "max|dlogit| vs PT", "bitwise", "time (s)");
@@ -207,6 +214,11 @@ const bool registered = add_command(
           ->check(unsigned_up_to(std::numeric_limits<unsigned>::max()))
           ->capture_default_str();
       sub.add_option("--text", a->text, "text file, tokenized at byte level")->capture_default_str();
+      sub.add_option("--weights", a->weights,
+                     "model file (docs/file-format.md, e.g. a converted Llama/Qwen3 saved by "
+                     "orthros.torch.save_for_oracle): run the regimes on its weights instead of --config's seeded ones; "
+                     "token ids are the text's bytes modulo V")
+          ->check(CLI::ExistingFile);
       sub.add_option("--dtype", a->dtype, "oracle precision")->check(CLI::IsMember({"f64", "f32"}))->capture_default_str();
       sub.add_option("--device", a->device, "cpu: the oracle; cuda: the GPU kernels")
           ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -239,6 +251,22 @@ const bool registered = add_command(
 #else
           throw Error("--device cuda: this build has no CUDA kernels (configure with nvcc on PATH, -DORTHROS_CUDA=ON)");
 #endif
+        }
+        if (!a->weights.empty()) {
+          require(!a->grad && a->device == "cpu", "--weights runs the forward regimes on the CPU oracle only "
+                                                  "(drop --grad / --device cuda)");
+          std::vector<int> text = read_tokens(a->text);
+          std::fprintf(stderr, "orthros verify: running regimes (%s, T=%d)...\n", a->weights.c_str(), a->seq_len);
+          if (a->dtype == "f32") {
+            LoadedModel<float> m = load_model<float>(a->weights);
+            const ModelConfig c = m.config;
+            for (int& t : text) t %= c.vocab_size;
+            return print_table(Verifier<float>(std::move(m), text).run(a->seq_len, a->seed), *a, c);
+          }
+          LoadedModel<double> m = load_model<double>(a->weights);
+          const ModelConfig c = m.config;
+          for (int& t : text) t %= c.vocab_size;
+          return print_table(Verifier<double>(std::move(m), text).run(a->seq_len, a->seed), *a, c);
         }
         const ModelConfig c = model_config(a->config, a->d_model, a->layers);
         const std::vector<int> text = read_tokens(a->text);

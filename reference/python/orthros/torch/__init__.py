@@ -33,3 +33,10 @@ Error = _core.Error
 __all__ = ["attention", "rope_append_kv", "OrthrosAttention", "OrthrosKVCache", "cu_seqlens", "cuda_available",
            "attention_op", "attention_backward_op", "rope_append_kv_op", "layer_op", "layer_backward_op",
            "layer_with_cache_op", "Error"]
+
+# Hugging Face conversion (docs/conversion.md): needs transformers only for the model passed in.
+from .generation import GenerationOutput, generate  # noqa: E402
+from .hf import OrthrosForCausalLM, convert  # noqa: E402
+from .oracle_file import save_for_oracle  # noqa: E402
+
+__all__ += ["convert", "generate", "OrthrosForCausalLM", "GenerationOutput", "save_for_oracle"]
