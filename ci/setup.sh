@@ -106,7 +106,9 @@ fi
 # CUDA build) or when that version is installed already.
 NANOBIND_VERSION=2.9.2
 NB_VENV="$ROOT/.deps/nanobind"
-if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+if [ "$MINIMAL" = 1 ]; then
+  echo "[setup] nanobind: skipped (--minimal: the orthros command needs no Python extension)"
+elif ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "[setup] nanobind: skipped (no nvcc: CPU-only build)"
 elif [ "$("$NB_VENV/bin/python" -c 'import nanobind; print(nanobind.__version__)' 2>/dev/null)" = "$NANOBIND_VERSION" ]; then
   echo "[setup] nanobind $NANOBIND_VERSION present in .deps/nanobind"
@@ -124,7 +126,7 @@ fi
 # runs verify/torch with that venv's python (ORTHROS_TORCH_PYTHON); without it those tests skip.
 TORCH_VERSION=2.11.0
 TORCH_VENV="$ROOT/.deps/venv-torch"
-if [ "${ORTHROS_SETUP_TORCH:-0}" = 1 ]; then
+if [ "${ORTHROS_SETUP_TORCH:-0}" = 1 ] && [ "$MINIMAL" != 1 ]; then
   if ! dpkg-query -W -f='${Status}' python3-pytest 2>/dev/null | grep -q "install ok installed"; then
     echo "[setup] installing: python3-pytest"
     $( [ "$(id -u)" -ne 0 ] && echo sudo ) env DEBIAN_FRONTEND=noninteractive \
