@@ -16,6 +16,7 @@
 #include "orthros/tensor.hpp"
 #include "numpy_mat.hpp"
 #include "py_args.hpp"
+#include "report_dict.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -38,6 +39,7 @@ using orthros::python::shape_str;
 using orthros::python::to_mat3;
 using orthros::python::arg_array;
 using orthros::python::arg_count;
+using orthros::python::report_dict;
 using orthros::python::arg_optional_number;
 using orthros::python::arg_scale;
 using orthros::python::arg_str;
@@ -84,41 +86,6 @@ py::dict attention(const py::array& q, const py::array& k, const py::array& v, c
 }
 
 // ---- SPEC §6 check -------------------------------------------------------------------
-
-py::dict report_dict(const orthros::check::TensorReport& r) {
-  py::dict d;
-  d["name"] = r.name;
-  d["shape"] = r.shape;
-  d["actual_shape"] = r.actual_shape;  // the port's shape (differs from "shape" when shape_ok is false)
-  d["dtype"] = r.dtype;
-  d["shape_ok"] = r.shape_ok;
-  d["rel_fro"] = r.rel_fro;
-  d["max_abs"] = r.max_abs;
-  d["max_rel"] = r.max_rel;
-  d["worst_index"] = r.worst_index;
-  d["worst_actual"] = r.worst_actual;
-  d["worst_ref"] = r.worst_ref;
-  d["nan_count"] = r.nan_count;
-  d["inf_count"] = r.inf_count;
-  d["rel_tol"] = r.rel_tol;
-  d["rel_criterion"] = r.rel_applicable ? std::string("applied") : r.rel_note;
-  // Criterion 2 not applicable (no finite naive oracle at the dtype): None, and abs_criterion says why.
-  d["abs_tol"] = r.abs_applicable ? py::object(py::float_(r.abs_tol)) : py::object(py::none());
-  d["oracle_at_dtype_maxabs"] =
-      r.abs_applicable ? py::object(py::float_(r.oracle_at_dtype_maxabs)) : py::object(py::none());
-  d["abs_criterion"] = r.abs_applicable ? std::string("applied") : r.abs_note;
-  d["lse_f32_floor"] = r.lse_floor;  // F of check.hpp lse_f32_floor() inside abs_tol (lse/lse_out), else 0
-  d["pass_rel"] = r.pass_rel;
-  d["pass_abs"] = r.pass_abs;
-  d["pass_finite"] = r.pass_finite;
-  d["bad_rows"] = r.bad_rows;
-  d["bad_row_count"] = r.bad_row_count;
-  py::list runs;  // every bad row, as (first, last) runs of consecutive rows
-  for (const auto& [first, last] : r.bad_row_ranges) runs.append(py::make_tuple(first, last));
-  d["bad_row_ranges"] = runs;
-  d["pass"] = r.pass;
-  return d;
-}
 
 py::dict check_tensor(const py::array& actual, const py::array& reference, const std::string& dtype,
                       std::optional<double> oracle_at_dtype_maxabs, const std::string& name,
