@@ -45,6 +45,24 @@ Dims query_and_cache_dims(const Array& q, const Array& k_cache, const Array& v_c
   return Dims{dt, hq, hkv, d, cap};
 }
 
+/// The library's AttentionConfig of one call (the forward, the backward and the workspace-size
+/// queries build it here; the library validates the values).
+cuda::AttentionConfig attention_config(cuda::DType dtype, std::int64_t num_q_heads, std::int64_t num_kv_heads,
+                                       std::int64_t head_dim, std::int64_t window, std::optional<double> scale,
+                                       bool deterministic, int num_splits, cuda::KernelPath kernel) {
+  cuda::AttentionConfig cfg;
+  cfg.dtype = dtype;
+  cfg.num_q_heads = static_cast<int>(num_q_heads);
+  cfg.num_kv_heads = static_cast<int>(num_kv_heads);
+  cfg.head_dim = static_cast<int>(head_dim);
+  cfg.window = window;
+  cfg.scale = scale;
+  cfg.deterministic = deterministic;
+  cfg.num_splits = num_splits;
+  cfg.kernel = kernel;
+  return cfg;
+}
+
 std::size_t workspace_size(const Array& ws) { return static_cast<std::size_t>(ws.nbytes()); }
 
 void attention_forward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, nb::handle v_cache_, nb::handle o_,
@@ -75,16 +93,8 @@ void attention_forward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, nb
   const std::vector<const Array*> all{&q, &q_out, &k_cache, &v_cache, &o, &o_out, &lse, &lse_out, &ws};
   require_current_device(require_cuda(all), all);
 
-  cuda::AttentionConfig cfg;
-  cfg.dtype = d.dtype;
-  cfg.num_q_heads = static_cast<int>(d.heads_q);
-  cfg.num_kv_heads = static_cast<int>(d.heads_kv);
-  cfg.head_dim = static_cast<int>(d.head_dim);
-  cfg.window = window;
-  cfg.scale = scale;
-  cfg.deterministic = deterministic;
-  cfg.num_splits = num_splits;
-  cfg.kernel = path;
+  const cuda::AttentionConfig cfg =
+      attention_config(d.dtype, d.heads_q, d.heads_kv, d.head_dim, window, scale, deterministic, num_splits, path);
   cuda::AttentionBuffers buf;
   buf.q = q.data;
   buf.q_out = q_out.data;
@@ -142,14 +152,8 @@ void attention_backward(nb::handle q_, nb::handle q_out_, nb::handle k_cache_, n
                                       &d_o, &d_o_out, &dq,      &dq_out,  &dk, &dv,    &ws};
   require_current_device(require_cuda(all), all);
 
-  cuda::AttentionConfig cfg;
-  cfg.dtype = d.dtype;
-  cfg.num_q_heads = static_cast<int>(d.heads_q);
-  cfg.num_kv_heads = static_cast<int>(d.heads_kv);
-  cfg.head_dim = static_cast<int>(d.head_dim);
-  cfg.window = window;
-  cfg.scale = scale;
-  cfg.deterministic = deterministic;
+  const cuda::AttentionConfig cfg = attention_config(d.dtype, d.heads_q, d.heads_kv, d.head_dim, window, scale,
+                                                    deterministic, 0, cuda::KernelPath::automatic);
   cuda::AttentionBackwardBuffers buf;
   buf.q = q.data;
   buf.q_out = q_out.data;
@@ -203,16 +207,8 @@ void rope_append_kv(nb::handle k_new_, nb::handle v_new_, nb::handle k_cache_, n
 
 cuda::AttentionConfig config_of(const std::string& dtype, int num_q_heads, int num_kv_heads, int head_dim,
                                 std::int64_t window, bool deterministic, int num_splits, const std::string& kernel) {
-  cuda::AttentionConfig cfg;
-  cfg.dtype = parse_dtype(dtype);
-  cfg.num_q_heads = num_q_heads;
-  cfg.num_kv_heads = num_kv_heads;
-  cfg.head_dim = head_dim;
-  cfg.window = window;
-  cfg.deterministic = deterministic;
-  cfg.num_splits = num_splits;
-  cfg.kernel = parse_kernel(kernel);
-  return cfg;
+  return attention_config(parse_dtype(dtype), num_q_heads, num_kv_heads, head_dim, window, std::nullopt,
+                          deterministic, num_splits, parse_kernel(kernel));
 }
 
 }  // namespace
