@@ -16,18 +16,22 @@
 # check --json) and summary.md (library x suite -> cases passed; every failure with its tensor,
 # error vs bound and --diagnose's cause; the conventions each self-check found), printed last.
 # Exit status: 0 when every adapter ran (failures of a library are results, not errors).
-# One device command may run 10 minutes: run one library per call (PORTS_LIBS=cudnn, =flash, =flex,
-# =xformers); each call writes its own summary.md (and regenerates the suites it needs, ~1 min).
+# The suites are generated in parallel (~20 s each). Several calls may share one $OUT: run
+# PORTS_GOLDEN_ONLY=1 first (writes the suites and exits), then one call per library in parallel
+# with PORTS_NO_INSTALL=1 PORTS_NO_SUMMARY=1, then examples/ports/summarize_ports.py over all of
+# them (ci/gpu_ports_hf.sh does this).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH
-if [ -d ports-carry ]; then export LD_LIBRARY_PATH="$PWD/ports-carry:$LD_LIBRARY_PATH"; fi
-ORTHROS=${ORTHROS:-$( [ -x ports-carry/orthros ] && echo ports-carry/orthros || echo "$BIN/orthros")}
-[ -x "$ORTHROS" ] || { echo "gpu_ports: no orthros CLI (set ORTHROS or carry ports-carry/ from ci/gpu_ports_stage.sh)" >&2; exit 2; }
+for d in ports-carry build-py312-carry; do [ -d $d ] && export LD_LIBRARY_PATH="$PWD/$d:$LD_LIBRARY_PATH"; done
+if [ -z "${ORTHROS:-}" ]; then
+  for c in ports-carry/orthros build-py312-carry/orthros-cli "$BIN/orthros"; do [ -x "$c" ] && { ORTHROS=$c; break; }; done
+fi
+[ -x "${ORTHROS:-}" ] || { echo "gpu_ports: no orthros CLI (set ORTHROS or carry ports-carry/ from ci/gpu_ports_stage.sh)" >&2; exit 2; }
 PY=${PYTHON:-python3}
 P="$OUTDIR/ports"
 mkdir -p "$P"
-if ls .whl/*.whl >/dev/null 2>&1; then
+if [ -z "${PORTS_NO_INSTALL:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
@@ -60,9 +64,13 @@ for s in $SUITES; do
   [ -n "${SUITE_ARGS[$s]+x}" ] || { echo "gpu_ports: unknown suite $s (one of: $ORDER)" >&2; exit 2; }
   [ -f "$G/$s/manifest.json" ] && continue
   # shellcheck disable=SC2086
-  "$ORTHROS" golden --out "$G/$s" --seed 7 ${SUITE_ARGS[$s]} >"$P/golden_$s.log" 2>&1 \
-    || { echo "gpu_ports: orthros golden $s failed (see $P/golden_$s.log)" >&2; exit 2; }
+  "$ORTHROS" golden --out "$G/$s" --seed 7 ${SUITE_ARGS[$s]} >"$P/golden_$s.log" 2>&1 &
 done
+wait
+for s in $SUITES; do
+  [ -f "$G/$s/manifest.json" ] || { echo "gpu_ports: orthros golden $s failed (see $P/golden_$s.log)" >&2; exit 2; }
+done
+[ -n "${PORTS_GOLDEN_ONLY:-}" ] && exit 0
 
 for lib in $LIBS; do
   mkdir -p "$P/$lib"
@@ -70,7 +78,7 @@ for lib in $LIBS; do
     echo "== $lib on $s"
     out="$P/$lib/$s.results"
     rm -rf "$out"
-    timeout "${PORTS_TIMEOUT:-240}" "$PY" "examples/ports/${lib}_port.py" --golden "$G/$s" --out "$out" --device "${PORTS_DEVICE:-cuda}" \
+    XFORMERS_MORE_DETAILS=1 timeout "${PORTS_TIMEOUT:-240}" "$PY" "examples/ports/${lib}_port.py" --golden "$G/$s" --out "$out" --device "${PORTS_DEVICE:-cuda}" \
       >"$P/$lib/$s.log" 2>&1
     rc=$?
     grep -E "^\[$lib" "$P/$lib/$s.log" | grep -E "convention found|FAILED|results|skip" | head -20
@@ -84,5 +92,6 @@ for lib in $LIBS; do
     tail -1 "$P/$lib/$s.txt"
   done
 done
+[ -n "${PORTS_NO_SUMMARY:-}" ] && exit 0
 "$PY" examples/ports/summarize_ports.py "$P" --libs $LIBS --suites $SUITES >"$P/summary.md"
 cat "$P/summary.md"

@@ -7,7 +7,7 @@ on one GPU against the original transformers model on PyTorch SDPA (docs/convers
   decode    time per generated token over a T-token context (after that prefill), median of steps;
   train     tokens/s of one forward + backward at T = 8K (PT: every position predicts; ours runs
             2T rows through the token-wise modules) vs the original on SDPA;
-  loss      a pre-training run on the GPL-3 text (docs/*.md where the image lacks it; byte tokens, V = 256, Qwen3-0.6B layer shapes with
+  loss      a pre-training run on the GPL-3 text (--text; docs/*.md where it is missing; byte tokens, V = 256, Qwen3-0.6B layer shapes with
             fewer layers): the converted model's loss curve beside the original's, same initial
             weights, batches and optimizer (CSV, and a PNG when matplotlib is present).
 
@@ -135,9 +135,9 @@ def write_csv(path, curves):
 def loss_curves(a, log, shape):
     dev = a.device
     dtype = torch.bfloat16 if dev != "cpu" else torch.float32
-    text = Path(TEXT)
+    text = Path(a.text)
     if text.exists():
-        raw, source = text.read_bytes(), TEXT
+        raw, source = text.read_bytes(), a.text
     else:  # the device image may lack Debian's license texts: the repository's own docs are real text too
         root = Path(__file__).resolve().parents[2]
         raw = b"".join(p.read_bytes() for p in sorted((root / "docs").glob("*.md")) + [root / "README.md"])
@@ -199,6 +199,7 @@ def main():
     ap.add_argument("--loss-seq", type=int, default=1024)
     ap.add_argument("--loss-batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--text", default=TEXT, help="the loss curve's training text (orthros verify's GPL-3 text)")
     a = ap.parse_args()
     print(env_line())
     log = Log(a.out, "bench")

@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Orthros attention with xformers' memory-efficient attention (xformers 0.0.35, PyPI wheel).
+"""Orthros attention with xformers' fmha (xformers 0.0.35, PyPI wheel), on its FlashAttention op.
 
     python3 examples/ports/xformers_port.py --golden GOLDEN_DIR --out RESULTS_DIR
     orthros check --suite GOLDEN_DIR --actual-dir RESULTS_DIR --skip-missing --diagnose
 
-Two calls of `xformers.ops.fmha.memory_efficient_attention_forward_requires_grad` (returns o and
-the LSE) in the BMGHK layout ([1, rows, H_kv, H_q/H_kv, D]: GQA by groups, query head h = g·(H_q/H_kv) + j
-reading KV head g, k and v broadcast over j — SPEC §2's h // (H_q/H_kv)):
-    base:   attn_bias = fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask(W)
-    output: attn_bias = fmha.attn_bias.LowerTriangularFromBottomRightMask()
+Two calls per stream in the BMHK layout ([1, rows, H_q, D]) with the FlashAttention operator
+pair `OP = (fmha.flash.FwOp, fmha.flash.BwOp)`:
+    lse:  fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=BIAS, scale=s, op=OP[0])
+    o:    fmha.memory_efficient_attention(q, k, v, attn_bias=BIAS, scale=s, op=OP)   (differentiable)
+    base:   BIAS = fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask(W)
+    output: BIAS = fmha.attn_bias.LowerTriangularFromBottomRightMask()
 "From bottom-right" puts the last query on the last key (base row i at position P+i, output row i
 at P+T-T_out+i). W is xformers' window size: a query X rows from the last cannot see keys X + W or
 more from the last key, i.e. W keys including the diagonal; the self-check tries W = w and W = w+1
-against a dense float64 reference and prints the convention found. The gradients come from
-autograd through `xformers.ops.memory_efficient_attention` with the same biases (dk/dv summed over
-both streams). Whether the wheel's compiled ops load beside the installed PyTorch is printed
-(`xformers.info`); its FlashAttention op runs on PyTorch's own flash kernels either way.
+against a dense float64 reference and prints the convention found.
+GQA: k and v are float32 leaves repeated to H_q heads (query head h reads KV head h // (H_q/H_kv),
+SPEC §2) and cast to the dtype once per stream, so autograd sums the heads of a group and the two
+streams in float32. (xformers' own GQA layout BMGHK is accepted by flash.FwOp but not by
+flash.BwOp, whose backward would fall to the cutlass op.)
+Why the FlashAttention op: the wheel's compiled extension `xformers._C` is built for another
+PyTorch and Python (its cpp_lib.json; printed at start) and does not load beside the device's;
+`fmha.flash` runs on PyTorch's own `aten._flash_attention_forward/backward` without `_C`.
 """
 import port_common
 import torch
@@ -23,30 +28,25 @@ import torch
 
 def make_attention(window_of):
     from xformers.ops import fmha
-
-    def bmghk(x, Hkv, group):
-        rows, H, D = x.shape
-        if H == Hkv:  # k, v: broadcast each KV head over its group of query heads
-            return x.reshape(1, rows, Hkv, 1, D).expand(1, rows, Hkv, group, D)
-        return x.reshape(1, rows, Hkv, group, D)
+    op = (fmha.flash.FwOp, fmha.flash.BwOp)
 
     def stream(q, k, v, scale, bias, need_grad):
         T, Hq, D = q.shape
-        Hkv = k.shape[1]
-        g = Hq // Hkv
-        args = (bmghk(q, Hkv, g), bmghk(k, Hkv, g), bmghk(v, Hkv, g))
-        o, lse = fmha.memory_efficient_attention_forward_requires_grad(*args, attn_bias=bias, scale=scale)
+        args = (q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0))
+        o, lse = fmha.memory_efficient_attention_forward_requires_grad(*args, attn_bias=bias, scale=scale, op=op[0])
         if need_grad:  # the differentiable call (the forward above only gives the LSE)
-            o = fmha.memory_efficient_attention(*args, attn_bias=bias, scale=scale)
-        lse = lse.reshape(Hq, -1)[:, :T].transpose(0, 1).float()  # [B, G, H, M] (M maybe padded) -> [T, H_q]
+            o = fmha.memory_efficient_attention(*args, attn_bias=bias, scale=scale, op=op)
+        lse = lse.reshape(Hq, -1)[:, :T].transpose(0, 1).float()  # [B, H, M] (M maybe padded) -> [T, H_q]
         return o.reshape(T, Hq, D), lse
 
     def attention(q, k, v, q_out, window, scale, grads=None):
-        leaves = [x.detach().requires_grad_(grads is not None) for x in (q, k, v, q_out)]
+        dt, group = q.dtype, q.shape[1] // k.shape[1]
+        leaves = [x.detach().requires_grad_(grads is not None) for x in (q, k.float(), v.float(), q_out)]
+        kk, vv = (x.repeat_interleave(group, dim=1) for x in leaves[1:3])  # float32, [P+T, H_q, D]
         base_bias = fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask(window_of(window))
-        o, lse = stream(leaves[0], leaves[1], leaves[2], scale, base_bias, grads is not None)
+        o, lse = stream(leaves[0], kk.to(dt), vv.to(dt), scale, base_bias, grads is not None)
         if q_out.shape[0] > 0:
-            o_out, lse_out = stream(leaves[3], leaves[1], leaves[2], scale,
+            o_out, lse_out = stream(leaves[3], kk.to(dt), vv.to(dt), scale,
                                     fmha.attn_bias.LowerTriangularFromBottomRightMask(), grads is not None)
         else:
             o_out, lse_out = q_out.new_zeros(q_out.shape), q_out.new_zeros(q_out.shape[:2], dtype=torch.float32)
@@ -67,11 +67,16 @@ def variants():
 
 
 if __name__ == "__main__":
+    import json
+    import os
     import xformers
     print(f"[xformers] {xformers.__version__}", flush=True)
     try:
         from xformers import _cpp_lib
-        print(f"[xformers] compiled ops: {'loaded' if _cpp_lib._cpp_library_load_exception is None else _cpp_lib._cpp_library_load_exception}",
+        with open(os.path.join(os.path.dirname(xformers.__file__), "cpp_lib.json")) as f:
+            print(f"[xformers] _C built for: {json.load(f)['version']}", flush=True)
+        err = _cpp_lib._cpp_library_load_exception
+        print(f"[xformers] compiled ops (_C): {'loaded' if err is None else 'NOT loaded: ' + ' '.join(str(err).split())}",
               flush=True)
     except Exception as e:  # the attribute moved: say so, the adapter still runs on what loads
         print(f"[xformers] compiled ops: unknown ({type(e).__name__}: {e})", flush=True)
