@@ -117,8 +117,8 @@ def make_attention(lse_log2=False):
     return attention
 
 
-VARIANTS = {"one block mask, enable_gqa, natural-log LSE": make_attention(False),
-            "one block mask, enable_gqa, LSE in log2 (converted)": make_attention(True)}
+VARIANTS = {"one block mask, natural-log LSE": make_attention(False),
+            "one block mask, LSE in log2 (converted)": make_attention(True)}
 
 if __name__ == "__main__":
     port_common.main("flex", VARIANTS, __doc__, "examples/ports/flex_port.py")
