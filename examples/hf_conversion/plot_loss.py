@@ -1,5 +1,5 @@
 """Plots gpu_bench.py's loss_curve.csv (step, one column per model) as a PNG:
-    python3 plot_loss.py LOSS_CSV OUT_PNG"""
+    python3 plot_loss.py LOSS_CSV OUT_PNG [TITLE]"""
 import csv
 import sys
 
@@ -15,6 +15,8 @@ for i, n in enumerate(names):
     ax.plot([r[i] for r in data], label=n, lw=1)
 ax.set_xlabel("step")
 ax.set_ylabel("next-token loss (nats)")
+if len(sys.argv) > 3:
+    ax.set_title(sys.argv[3], fontsize=9)
 ax.legend()
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=120)
