@@ -38,6 +38,7 @@ class FlexOnCpuTest(unittest.TestCase):
             with open(os.path.join(suite, "manifest.json")) as f:
                 m = json.load(f)
             m["cases"] = [c for c in m["cases"] if c["name"] in CASES]
+            m.pop("groups", None)  # the suite's regime groups name cases this subset leaves out
             small = os.path.join(tmp, "small")
             os.makedirs(small)
             for d in ("cases", "expected"):
