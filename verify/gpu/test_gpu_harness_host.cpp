@@ -41,7 +41,9 @@ Brute brute(const SequenceShape& s, std::int64_t w) {
 }
 
 CaseShape random_shape(std::mt19937_64& rng) {
-  auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
   CaseShape c;
   c.num_kv_heads = static_cast<int>(pick(1, 3));
   c.num_q_heads = c.num_kv_heads * static_cast<int>(pick(1, 4));

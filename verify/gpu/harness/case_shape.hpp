@@ -74,7 +74,8 @@ struct CaseShape {
       bad("heads and head_dim must be >= 1 (got H_q=" + std::to_string(num_q_heads) + " H_kv=" +
           std::to_string(num_kv_heads) + " D=" + std::to_string(head_dim) + ")");
     if (window < 1) bad("window must be >= 1 (got " + std::to_string(window) + ")");
-    if (element_bytes != 2 && element_bytes != 4) bad("element_bytes must be 2 or 4 (got " + std::to_string(element_bytes) + ")");
+    if (element_bytes != 2 && element_bytes != 4)
+      bad("element_bytes must be 2 or 4 (got " + std::to_string(element_bytes) + ")");
     for (std::size_t b = 0; b < seqs.size(); ++b) {
       const auto& s = seqs[b];
       if (s.T < 0 || s.P < 0 || s.T_out < 0 || s.T_out > s.T)
