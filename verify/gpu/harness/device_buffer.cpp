@@ -73,6 +73,13 @@ void DeviceBuffer::upload(const void* src, std::size_t n, std::size_t offset) {
                "cudaMemcpy to '" + name_ + "'");
 }
 
+void DeviceBuffer::copy_from_device(const void* src, std::size_t n, std::size_t offset) {
+  check_range(n, offset, "device copy");
+  if (n)
+    check_cuda(cudaMemcpy(static_cast<char*>(payload_) + offset, src, n, cudaMemcpyDeviceToDevice),
+               "cudaMemcpy (device to device) to '" + name_ + "'");
+}
+
 void DeviceBuffer::download(void* dst, std::size_t n, std::size_t offset) const {
   check_range(n, offset, "download");
   if (n)

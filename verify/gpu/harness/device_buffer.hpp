@@ -73,6 +73,9 @@ class DeviceBuffer {
   /// Copies n bytes from host `src` to payload byte `offset`. Throws std::out_of_range when
   /// [offset, offset + n) is not inside the payload (message names the buffer).
   void upload(const void* src, std::size_t n, std::size_t offset = 0);
+  /// Copies n bytes from device pointer `src` to payload byte `offset` (device to device);
+  /// range checked like upload().
+  void copy_from_device(const void* src, std::size_t n, std::size_t offset = 0);
   /// Copies n bytes from payload byte `offset` to host `dst`; range checked like upload().
   void download(void* dst, std::size_t n, std::size_t offset = 0) const;
   /// Downloads the first m.size() elements at element `elem_offset` into the host object m
