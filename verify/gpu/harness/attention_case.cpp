@@ -56,18 +56,29 @@ cuda::AttentionConfig AttentionCase::config(cuda::AttentionConfig base) const {
   return base;
 }
 
+namespace {
+
+// The fields AttentionBuffers and AttentionBackwardBuffers share: the forward's inputs and
+// outputs; the output-stream pointers null when the batch has no output rows.
+template <typename Buffers>
+void fill_forward_fields(const AttentionCase& c, Buffers& b) {
+  const bool outs = c.shape().total_out() > 0;
+  b.q = c.q.data();
+  b.q_out = outs ? c.q_out.data() : nullptr;
+  b.k_cache = c.k_cache.data();
+  b.v_cache = c.v_cache.data();
+  b.capacity = c.capacity();
+  b.o = c.o.data();
+  b.o_out = outs ? c.o_out.data() : nullptr;
+  b.lse = c.lse.as<float>();
+  b.lse_out = outs ? c.lse_out.as<float>() : nullptr;
+}
+
+}  // namespace
+
 cuda::AttentionBuffers AttentionCase::forward_buffers() const {
-  const bool outs = shape_.total_out() > 0;
   cuda::AttentionBuffers b;
-  b.q = q.data();
-  b.q_out = outs ? q_out.data() : nullptr;
-  b.k_cache = k_cache.data();
-  b.v_cache = v_cache.data();
-  b.capacity = capacity_;
-  b.o = o.data();
-  b.o_out = outs ? o_out.data() : nullptr;
-  b.lse = lse.as<float>();
-  b.lse_out = outs ? lse_out.as<float>() : nullptr;
+  fill_forward_fields(*this, b);
   b.workspace = workspace.bytes() ? workspace.data() : nullptr;
   b.workspace_bytes = workspace.bytes();
   return b;
@@ -77,15 +88,7 @@ cuda::AttentionBackwardBuffers AttentionCase::backward_buffers() const {
   if (!backward_) throw std::logic_error("AttentionCase::backward_buffers: the case was built without backward");
   const bool outs = shape_.total_out() > 0;
   cuda::AttentionBackwardBuffers b;
-  b.q = q.data();
-  b.q_out = outs ? q_out.data() : nullptr;
-  b.k_cache = k_cache.data();
-  b.v_cache = v_cache.data();
-  b.capacity = capacity_;
-  b.o = o.data();
-  b.o_out = outs ? o_out.data() : nullptr;
-  b.lse = lse.as<const float>();
-  b.lse_out = outs ? lse_out.as<const float>() : nullptr;
+  fill_forward_fields(*this, b);
   b.d_o = d_o.data();
   b.d_o_out = outs ? d_o_out.data() : nullptr;
   b.dq = dq.data();

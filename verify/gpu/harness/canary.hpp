@@ -6,7 +6,9 @@
 /// past its last byte changes a guard; DeviceBuffer::check_canaries() downloads both guards after
 /// a call and compares them byte for byte with the pattern (the check llama.cpp's
 /// test-backend-ops makes with its sentinel tensors). The back guard starts at the byte right
-/// after the payload, so an overrun of a single byte is caught.
+/// after the payload, so an overrun of a single byte is caught. Reads cannot be caught that way
+/// (and compute-sanitizer's memcheck sees them as in bounds), so the pattern reads as NaN in
+/// every dtype: an over-read shows up as NaN in the outputs.
 #pragma once
 
 #include <cstddef>
@@ -21,11 +23,17 @@ constexpr std::size_t kGuardBytes = 256;
 /// over the other is caught too).
 enum class GuardSide : std::uint8_t { front = 0, back = 1 };
 
-/// Byte i of the guard pattern of `side`: never 0x00 and never 0xFF (the values of a zeroing
-/// memset and of the NaN poison), varying with i so that a shifted copy differs.
+/// Byte i of the guard pattern of `side`. Read as little-endian f32, f16 or bf16 at any aligned
+/// offset the pattern is a NaN (odd bytes 0x7F or 0xFF: sign + all-ones exponent of bf16 and f32,
+/// all-ones exponent of f16; even bytes 0x81..0xFD: the top mantissa bit of f32 set, mantissas
+/// nonzero), so a kernel that reads past its buffer gets NaN, as it does from the poisoned payload.
+/// The even bytes are never 0xFF, so a poison memset over the guard changes it, and both bytes
+/// differ between the two sides at every index (a copy of one guard over the other is caught).
 constexpr std::uint8_t canary_byte(std::size_t i, GuardSide side) {
-  const unsigned v = static_cast<unsigned>((i * 37u + 11u + 101u * static_cast<unsigned>(side)) % 253u);
-  return static_cast<std::uint8_t>(v + 1u);  // 1 .. 253
+  const unsigned s = static_cast<unsigned>(side);
+  const unsigned k = static_cast<unsigned>(i / 2);
+  if (i % 2 == 1) return ((k + s) % 2) ? 0xFF : 0x7F;
+  return static_cast<std::uint8_t>(0x81u + (k * 37u + 11u + 101u * s) % 125u);  // 0x81 .. 0xFD
 }
 
 /// Writes the pattern of `side` into guard[0, kGuardBytes).
