@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 
 #include "attention_case.hpp"
+#include "bench_report.hpp"
 #include "timing.hpp"
 
 #include <cuda_runtime.h>
@@ -22,7 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,10 +32,7 @@ namespace {
 namespace gh = orthros::gpu_harness;
 using gh::DeviceBuffer;
 
-struct Row {
-  std::string name, shape;
-  double ms, bytes, flops;
-};
+using Row = gh::BenchRow;
 
 int run(int argc, char** argv) {
   int runs = 25;
@@ -167,29 +164,13 @@ int run(int argc, char** argv) {
   std::printf("\n%-26s %-28s %10s %9s\n", "benchmark", "shape", "median_ms", "TFLOP/s");
   for (auto& r : rows)
     std::printf("%-26s %-28s %10.4f %9.1f\n", r.name.c_str(), r.shape.c_str(), r.ms, r.flops / (r.ms * 1e-3) / 1e12);
-  if (!json.empty()) {
-    FILE* f = std::fopen(json.c_str(), "w");
-    if (f) {
-      std::fprintf(f, "{\"device\": \"%s\", \"runs\": %d, \"l2_flush_bytes\": %zu, \"rows\": [\n", prop.name, runs,
-                   flush.bytes());
-      for (size_t i = 0; i < rows.size(); ++i)
-        std::fprintf(f, "  {\"name\": \"%s\", \"shape\": \"%s\", \"median_ms\": %.5f, \"flops\": %.0f}%s\n",
-                     rows[i].name.c_str(), rows[i].shape.c_str(), rows[i].ms, rows[i].flops,
-                     i + 1 < rows.size() ? "," : "");
-      std::fprintf(f, "]}\n");
-      std::fclose(f);
-    }
-  }
+  if (!json.empty())
+    gh::write_bench_json(json, {{"device", prop.name}, {"runs", runs}, {"l2_flush_bytes", flush.bytes()}}, rows, false);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_attention_backward_gpu: %s\n", e.what());
-    return 1;
-  }
+  return gh::run_reporting_errors("bench_attention_backward_gpu", [&] { return run(argc, argv); });
 }

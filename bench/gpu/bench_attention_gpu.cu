@@ -7,6 +7,7 @@
 // Shapes: bf16, qwen3-8b attention (H_q=32, H_kv=8, D=128), w=128 (SPEC §7). FLOPs and bytes:
 // CaseShape (case_shape.hpp), one formula for every row.
 #include "attention_case.hpp"
+#include "bench_report.hpp"
 #include "timing.hpp"
 
 #include <cuda_runtime.h>
@@ -14,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -23,10 +23,7 @@ namespace {
 namespace gh = orthros::gpu_harness;
 namespace oc = orthros::cuda;
 
-struct Row {
-  std::string name, shape;
-  double ms, bytes, flops;
-};
+using Row = gh::BenchRow;
 
 int run(int argc, char** argv) {
   gh::Timing timing;
@@ -104,31 +101,19 @@ int run(int argc, char** argv) {
     std::printf("%-26s %-44s %10.4f %10.1f %8.1f %9.1f\n", r.name.c_str(), r.shape.c_str(), r.ms, bw / 1e9,
                 100.0 * bw / copy_bw, r.flops / (r.ms * 1e-3) / 1e12);
   }
-  if (!json.empty()) {
-    FILE* f = std::fopen(json.c_str(), "w");
-    if (f) {
-      std::fprintf(f,
-                   "{\"device\": \"%s\", \"runs\": %d, \"calls_per_sample\": %d, \"l2_flush_bytes\": %zu, "
-                   "\"copy_GBps\": %.1f, \"rows\": [\n",
-                   prop.name, timing.runs, timing.calls_per_sample, flush.bytes(), copy_bw / 1e9);
-      for (size_t i = 0; i < rows.size(); ++i)
-        std::fprintf(f, "  {\"name\": \"%s\", \"shape\": \"%s\", \"median_ms\": %.5f, \"bytes\": %.0f, \"flops\": %.0f}%s\n",
-                     rows[i].name.c_str(), rows[i].shape.c_str(), rows[i].ms, rows[i].bytes, rows[i].flops,
-                     i + 1 < rows.size() ? "," : "");
-      std::fprintf(f, "]}\n");
-      std::fclose(f);
-    }
-  }
+  if (!json.empty())
+    gh::write_bench_json(json,
+                         {{"device", prop.name},
+                          {"runs", timing.runs},
+                          {"calls_per_sample", timing.calls_per_sample},
+                          {"l2_flush_bytes", flush.bytes()},
+                          {"copy_GBps", copy_bw / 1e9}},
+                         rows, true);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_attention_gpu: %s\n", e.what());
-    return 1;
-  }
+  return gh::run_reporting_errors("bench_attention_gpu", [&] { return run(argc, argv); });
 }
