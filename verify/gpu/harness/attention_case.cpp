@@ -134,20 +134,22 @@ void AttentionCase::check_canaries() const {
   for (const DeviceBuffer* b : all()) b->check_canaries();
 }
 
+void AttentionCase::finish_call(cudaStream_t stream, const char* call) const {
+  check_cuda(cudaGetLastError(), std::string(call) + " launch");
+  check_cuda(stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), std::string("synchronize after ") + call);
+  check_canaries();
+}
+
 void AttentionCase::forward(const cuda::AttentionConfig& cfg, cudaStream_t stream) {
   poison_outputs(stream);
   cuda::attention_forward(cfg, layout_, forward_buffers(), stream);
-  check_cuda(cudaGetLastError(), "attention_forward launch");
-  check_cuda(stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), "synchronize after attention_forward");
-  check_canaries();
+  finish_call(stream, "attention_forward");
 }
 
 void AttentionCase::backward(const cuda::AttentionConfig& cfg, cudaStream_t stream) {
   poison_gradients(stream);
   cuda::attention_backward(cfg, layout_, backward_buffers(), stream);
-  check_cuda(cudaGetLastError(), "attention_backward launch");
-  check_cuda(stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize(), "synchronize after attention_backward");
-  check_canaries();
+  finish_call(stream, "attention_backward");
 }
 
 }  // namespace orthros::gpu_harness

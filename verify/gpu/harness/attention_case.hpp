@@ -115,6 +115,8 @@ class AttentionCase {
 
  private:
   std::vector<const DeviceBuffer*> all() const;
+  // After a launch on `stream`: the launch status, a synchronization, the canary check.
+  void finish_call(cudaStream_t stream, const char* call) const;
   CaseShape shape_;
   cuda::DType dtype_;
   bool backward_ = false;
