@@ -1,23 +1,25 @@
-// GPU benchmark of the Orthros attention BACKWARD (issue 10): CUDA-event timing, median of N
-// timed runs after 3 warm-ups. PT (T_out = T) and SFT (T_out = T/4) training steps at T = 8K and
-// 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both modes (the backward
-// has no non-deterministic path, so this measures the cost of `deterministic` = 1.00x), the
-// forward for scale, and the two kernels alone (ORTHROS_CUDA_BWD_ONLY=dq / dkdv, a benchmarking
-// knob of attention_backward.cu). Then the attention LAYER at qwen3-8b's d_model = 4096 (PT):
-// attention_layer_forward and attention_layer_backward (the recomputed forward, cuBLAS projection
-// gradients, the operator backward, the RoPE/scale-offset/QK-norm backward and its reductions).
+// GPU benchmark of the Orthros attention BACKWARD through the GPU harness (verify/gpu/harness):
+// CUDA-event timing, median of N timed samples after 3 warm-ups, the L2 flushed before every
+// sample, canaries checked after every sample. PT (T_out = T) and SFT (T_out = T/4) training
+// steps at T = 8K and 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both
+// modes (the backward has no non-deterministic path, so this measures the cost of
+// `deterministic` = 1.00x), the forward for scale, and the two kernels alone (dq, dkdv). Then the
+// attention LAYER at qwen3-8b's d_model = 4096 (PT): attention_layer_forward and
+// attention_layer_backward (the recomputed forward, cuBLAS projection gradients, the operator
+// backward, the RoPE/scale-offset/QK-norm backward and its reductions).
+// FLOPs of the operator rows: CaseShape (case_shape.hpp); of the layer rows: the projection GEMMs.
 // Usage: bench_attention_backward_gpu [--runs N] [--json FILE] [--quick]
 #include "orthros/cuda/attention_backward.hpp"
 #include "orthros/cuda/layer_backward.hpp"
 
 #include <cublas_v2.h>
 
-#include "bench_common.cuh"
+#include "attention_case.hpp"
+#include "bench_report.hpp"
+#include "timing.hpp"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,18 +29,12 @@
 
 namespace {
 
-using orthros::bench::ck;
-using orthros::bench::Dev;
-using orthros::bench::median_ms;
+namespace gh = orthros::gpu_harness;
+using gh::DeviceBuffer;
 
-struct Row {
-  std::string name, shape;
-  double ms, bytes, flops;
-};
+using Row = gh::BenchRow;
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int runs = 25;
   std::string json;
   bool quick = false;
@@ -48,62 +44,40 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
   }
   cudaDeviceProp prop;
-  ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  gh::check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  gh::L2Flush flush;
+  std::printf("%s\n", flush.describe().c_str());
+  std::function<void()> check_after;  // the canary check of the buffers being timed
+  auto median_ms = [&](const std::function<void()>& call, int n) {
+    gh::Timing t;
+    t.runs = n;
+    t.flush = &flush;
+    return gh::median_ms(call, t, check_after);
+  };
   const int Hq = 32, Hkv = 8, D = 128;
   const long long W = 128;
   std::vector<Row> rows;
   for (int T : quick ? std::vector<int>{8192} : std::vector<int>{8192, 32768}) {
     for (int T_out : {T, T / 4}) {
-      orthros::cuda::BatchLayout lay = orthros::cuda::BatchLayout::single(T, 0, T_out);
-      const size_t qb = size_t(T) * Hq * D * 2, qob = size_t(T_out) * Hq * D * 2, kb = size_t(T) * Hkv * D * 2;
-      Dev q(qb), qo(qob), k(kb), v(kb), o(qb), oo(qob), lse(size_t(T) * Hq * 4), lseo(size_t(T_out) * Hq * 4);
-      Dev dO(qb), dOo(qob), dq(qb), dqo(qob), dk(kb), dv(kb);
-      orthros::cuda::AttentionConfig c;
-      c.dtype = orthros::cuda::DType::bf16;
-      c.num_q_heads = Hq;
-      c.num_kv_heads = Hkv;
-      c.head_dim = D;
-      c.window = W;
-      orthros::cuda::AttentionBuffers fb;
-      fb.q = q.p;
-      fb.q_out = qo.p;
-      fb.k_cache = k.p;
-      fb.v_cache = v.p;
-      fb.capacity = T;
-      fb.o = o.p;
-      fb.o_out = oo.p;
-      fb.lse = static_cast<float*>(lse.p);
-      fb.lse_out = static_cast<float*>(lseo.p);
-      // pairs (query, key): window band + causal triangle of the output rows
-      const double pairs = double(T) * W - double(W) * (W - 1) / 2 +
-                           (double(T) * (T + 1) / 2 - double(T - T_out) * (T - T_out + 1) / 2);
-      const double fwd_flops = 4.0 * D * Hq * pairs, bwd_flops = 2.5 * fwd_flops;
+      gh::AttentionCase ac(gh::CaseShape::uniform(Hq, Hkv, D, W, 2, 1, T, 0, T_out), orthros::cuda::DType::bf16,
+                           true);
+      ac.fill_inputs(static_cast<std::uint64_t>(T) + T_out);
+      check_after = [&] { ac.check_canaries(); };
+      const orthros::cuda::BatchLayout& lay = ac.layout();
+      orthros::cuda::AttentionConfig c = ac.config();
       const std::string tag = (T_out == T ? "pt_T" : "sft_T") + std::to_string(T / 1024) + "K";
       char shape[160];
       std::snprintf(shape, sizeof shape, "T=%d T_out=%d w=%lld", T, T_out, W);
+      ac.forward(c);  // one checked call: outputs poisoned before, canaries checked after
+      const orthros::cuda::AttentionBuffers fb = ac.forward_buffers();
       const double fms = median_ms([&] { orthros::cuda::attention_forward(c, lay, fb, nullptr); }, runs);
-      rows.push_back({tag + "_fwd", shape, fms, 0, fwd_flops});
-      orthros::cuda::AttentionBackwardBuffers bb;
-      bb.q = q.p;
-      bb.q_out = qo.p;
-      bb.k_cache = k.p;
-      bb.v_cache = v.p;
-      bb.capacity = T;
-      bb.o = o.p;
-      bb.o_out = oo.p;
-      bb.lse = static_cast<const float*>(lse.p);
-      bb.lse_out = static_cast<const float*>(lseo.p);
-      bb.d_o = dO.p;
-      bb.d_o_out = dOo.p;
-      bb.dq = dq.p;
-      bb.dq_out = dqo.p;
-      bb.dk = dk.p;
-      bb.dv = dv.p;
-      const size_t wsb = orthros::cuda::attention_backward_workspace_bytes(c, lay);
-      Dev ws(wsb);
-      bb.workspace = ws.p;
-      bb.workspace_bytes = wsb;
+      rows.push_back({tag + "_fwd", shape, fms, 0, ac.forward_flops()});
+      ac.set_backward_workspace(orthros::cuda::attention_backward_workspace_bytes(c, lay));
+      ac.forward(c);  // o and lse of these inputs for the backward
+      ac.backward(c);
+      const orthros::cuda::AttentionBackwardBuffers bb = ac.backward_buffers();
+      const double bwd_flops = ac.backward_flops();
       for (bool det : {false, true}) {
         c.deterministic = det;
         const double ms = median_ms([&] { orthros::cuda::attention_backward(c, lay, bb, nullptr); }, runs);
@@ -118,6 +92,7 @@ int main(int argc, char** argv) {
         }
         unsetenv("ORTHROS_CUDA_BWD_ONLY");
       }
+      check_after = nullptr;
     }
   }
   // The layer (PT, d_model 4096): forward, and backward with its recomputed forward.
@@ -138,12 +113,29 @@ int main(int argc, char** argv) {
     lc.rope_theta = 1e6;
     const orthros::cuda::BatchLayout lay = orthros::cuda::BatchLayout::single(T, 0, T);
     const size_t es = 2;
-    Dev wq(dm * d * es), wk(dm * dkv * es), wv(dm * dkv * es), wo(d * dm * es), al(d * es), be(d * es), alo(d * es),
-        beo(d * es), qn(D * es), kn(D * es);
-    const orthros::cuda::LayerWeightsDevice w{wq.p, wk.p, wv.p, wo.p, al.p, be.p, alo.p, beo.p, qn.p, kn.p};
-    Dev x(T * dm * es), xo(T * dm * es), y(T * dm * es), yo(T * dm * es), kc(T * dkv * es), vc(T * dkv * es);
-    Dev fws(orthros::cuda::attention_layer_workspace_bytes(lc, lay));
-    orthros::cuda::LayerBuffers fb{x.p, xo.p, kc.p, vc.p, T, y.p, yo.p, fws.p, fws.bytes};
+    std::vector<DeviceBuffer> bufs;  // every buffer of this T: inputs filled, outputs NaN-poisoned
+    bufs.reserve(40);
+    auto mk = [&](const char* name, size_t bytes, bool input) {
+      bufs.emplace_back(name, bytes);
+      if (input) bufs.back().fill_uniform(orthros::cuda::DType::bf16, bufs.size());
+      return bufs.back().data();
+    };
+    const orthros::cuda::LayerWeightsDevice w{
+        mk("w_q", dm * d * es, true),  mk("w_k", dm * dkv * es, true), mk("w_v", dm * dkv * es, true),
+        mk("w_o", d * dm * es, true),  mk("alpha", d * es, true),      mk("beta", d * es, true),
+        mk("alpha_out", d * es, true), mk("beta_out", d * es, true),   mk("q_norm", D * es, true),
+        mk("k_norm", D * es, true)};
+    void* x = mk("x", T * dm * es, true);
+    void* xo = mk("x_out", T * dm * es, true);
+    void* y = mk("y", T * dm * es, false);
+    void* yo = mk("y_out", T * dm * es, false);
+    void* kc = mk("k_cache", T * dkv * es, false);
+    void* vc = mk("v_cache", T * dkv * es, false);
+    const size_t fwsb = orthros::cuda::attention_layer_workspace_bytes(lc, lay);
+    orthros::cuda::LayerBuffers fb{x, xo, kc, vc, T, y, yo, mk("layer workspace", fwsb, false), fwsb};
+    check_after = [&] {
+      for (const DeviceBuffer& b : bufs) b.check_canaries();
+    };
     char shape[160];
     std::snprintf(shape, sizeof shape, "T=%d T_out=%d d_model=%lld", T, T, dm);
     const std::string tag = "layer_pt_T" + std::to_string(T / 1024) + "K";
@@ -151,37 +143,34 @@ int main(int argc, char** argv) {
     rows.push_back({tag + "_fwd", shape,
                     median_ms([&] { orthros::cuda::attention_layer_forward(lc, lay, w, fb, blas, nullptr); }, runs),
                     0, gemm_fwd});
-    Dev dy(T * dm * es), dyo(T * dm * es), dx(T * dm * es), dxo(T * dm * es), gwq(dm * d * es), gwk(dm * dkv * es),
-        gwv(dm * dkv * es), gwo(d * dm * es), gal(d * es), gbe(d * es), galo(d * es), gbeo(d * es), gqn(D * es),
-        gkn(D * es), bws(orthros::cuda::attention_layer_backward_workspace_bytes(lc, lay));
     orthros::cuda::LayerBackwardBuffers bb;
-    bb.x = x.p;
-    bb.x_out = xo.p;
-    bb.dy = dy.p;
-    bb.dy_out = dyo.p;
-    bb.grads = {dx.p, dxo.p, gwq.p, gwk.p, gwv.p, gwo.p, gal.p, gbe.p, galo.p, gbeo.p, gqn.p, gkn.p};
-    bb.workspace = bws.p;
-    bb.workspace_bytes = bws.bytes;
+    bb.x = x;
+    bb.x_out = xo;
+    bb.dy = mk("dy", T * dm * es, true);
+    bb.dy_out = mk("dy_out", T * dm * es, true);
+    bb.grads = {mk("dx", T * dm * es, false),      mk("dx_out", T * dm * es, false), mk("dw_q", dm * d * es, false),
+                mk("dw_k", dm * dkv * es, false),  mk("dw_v", dm * dkv * es, false), mk("dw_o", d * dm * es, false),
+                mk("dalpha", d * es, false),       mk("dbeta", d * es, false),       mk("dalpha_out", d * es, false),
+                mk("dbeta_out", d * es, false),    mk("dq_norm", D * es, false),     mk("dk_norm", D * es, false)};
+    bb.workspace_bytes = orthros::cuda::attention_layer_backward_workspace_bytes(lc, lay);
+    bb.workspace = mk("layer backward workspace", bb.workspace_bytes, false);
     rows.push_back({tag + "_bwd", shape,
                     median_ms([&] { orthros::cuda::attention_layer_backward(lc, lay, w, bb, blas, nullptr); }, runs),
                     0, 3.0 * gemm_fwd});  // GEMM FLOPs only: recomputed forward + 2x for the gradients
+    check_after = nullptr;
   }
   cublasDestroy(blas);
 
   std::printf("\n%-26s %-28s %10s %9s\n", "benchmark", "shape", "median_ms", "TFLOP/s");
   for (auto& r : rows)
     std::printf("%-26s %-28s %10.4f %9.1f\n", r.name.c_str(), r.shape.c_str(), r.ms, r.flops / (r.ms * 1e-3) / 1e12);
-  if (!json.empty()) {
-    FILE* f = std::fopen(json.c_str(), "w");
-    if (f) {
-      std::fprintf(f, "{\"device\": \"%s\", \"runs\": %d, \"rows\": [\n", prop.name, runs);
-      for (size_t i = 0; i < rows.size(); ++i)
-        std::fprintf(f, "  {\"name\": \"%s\", \"shape\": \"%s\", \"median_ms\": %.5f, \"flops\": %.0f}%s\n",
-                     rows[i].name.c_str(), rows[i].shape.c_str(), rows[i].ms, rows[i].flops,
-                     i + 1 < rows.size() ? "," : "");
-      std::fprintf(f, "]}\n");
-      std::fclose(f);
-    }
-  }
+  if (!json.empty())
+    gh::write_bench_json(json, {{"device", prop.name}, {"runs", runs}, {"l2_flush_bytes", flush.bytes()}}, rows, false);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gh::run_reporting_errors("bench_attention_backward_gpu", [&] { return run(argc, argv); });
 }

@@ -1,4 +1,4 @@
-// Benchmark of context parallelism over R GPUs (issue 12, docs/context_parallel.md): prefill at
+// Benchmark of context parallelism over R GPUs (docs/context_parallel.md): prefill at
 // T = 256K and 1M (qwen3-8b attention shape H_q 32, H_kv 8, D 128, bf16, w = 128, one output
 // query), and the latency of one decode step over a sharded 1M cache. One process per GPU,
 // launched by this program (fork; the NCCL unique id goes from rank 0 to the others through a
@@ -11,12 +11,15 @@
 //   --quick     T = 32768 and decode over 65536 (smoke run).
 // Timing: per rank, CUDA events around cp_attention / cp_decode_step after a barrier
 // (ncclAllReduce); the step time is the max over the ranks (all-reduce max), the median of --runs.
+// Buffers are the GPU harness's (verify/gpu/harness): inputs filled with seeded values, outputs
+// NaN-poisoned, canaries checked after the runs; each rank flushes its L2 (L2Flush) before the
+// barrier of every step, outside the timed interval.
 #include "orthros/cuda/attention.hpp"
 #include "orthros/cuda/context_parallel.hpp"
 
-#include "bench_common.cuh"
+#include "device_buffer.hpp"
+#include "timing.hpp"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,8 +36,10 @@ namespace oc = orthros::cuda;
 
 namespace {
 
-using orthros::bench::ck;
-using orthros::bench::Dev;
+namespace gh = orthros::gpu_harness;
+using gh::DeviceBuffer;
+
+void ck(cudaError_t e, const char* what) { gh::check_cuda(e, what); }
 
 struct Args {
   int ranks = 0;
@@ -102,16 +107,20 @@ oc::AttentionConfig qwen3_cfg(bool det) {
 // One rank's buffers for a call over `layout` (T base rows, one output query); `extra` rows of
 // decode room on the last shard.
 struct RankBufs {
-  std::vector<Dev*> own;
+  std::vector<DeviceBuffer> own;
   oc::CpRankBuffers b;
-  ~RankBufs() {
-    for (Dev* d : own) delete d;
-  }
+  /// A buffer of n bytes: filled with seeded bf16 values when seed != 0 (inputs), else left
+  /// NaN-poisoned (outputs and scratch).
   void* make(size_t n, unsigned seed) {
-    own.push_back(new Dev(n, seed));
-    return own.back()->p;
+    own.emplace_back(seed ? "input " + std::to_string(own.size()) : "output " + std::to_string(own.size()), n);
+    if (seed) own.back().fill_uniform(oc::DType::bf16, seed);
+    return own.back().data();
+  }
+  void check_canaries() const {
+    for (const DeviceBuffer& d : own) d.check_canaries();
   }
   RankBufs(const oc::AttentionConfig& cfg, const oc::CpLayout& L, int r, long long T, long long extra) {
+    own.reserve(24);
     const int R = L.ranks();
     const size_t qrow = size_t(cfg.num_q_heads) * cfg.head_dim * 2;
     b.kv.halo_rows = oc::cp_halo(L, r, cfg.window, cfg.deterministic).rows;
@@ -155,7 +164,9 @@ void rank_main(int R, int rank, const oc::CpNcclId& id, const Args& a, int out_f
   cudaEvent_t e0, e1;
   ck(cudaEventCreate(&e0), "cudaEventCreate");
   ck(cudaEventCreate(&e1), "cudaEventCreate");
+  gh::L2Flush flush;
   auto timed = [&](auto&& fn) {  // max over ranks of one step, ms
+    flush.flush(s);
     ck(cudaMemsetAsync(red, 0, sizeof(float), s), "memset");
     tr.allreduce(red, 1, 0, s);  // barrier
     ck(cudaEventRecord(e0, s), "record");
@@ -184,6 +195,7 @@ void rank_main(int R, int rank, const oc::CpNcclId& id, const Args& a, int out_f
       const double ms = timed([&] { oc::cp_attention(cfg, L, T, 1, tr, local, s, opt); });
       if (i >= 2) t.push_back(ms);
     }
+    rb.check_canaries();
     std::ostringstream os;
     os << "prefill " << R << " " << T << " " << median(t) << "\n";
     emit(os.str());
@@ -196,16 +208,21 @@ void rank_main(int R, int rank, const oc::CpNcclId& id, const Args& a, int out_f
     oc::CpLayout L = oc::even_cp_layout(N, R, oc::kDeterministicChunk);
     const int steps = a.runs + 3;
     RankBufs rb(cfg, L, rank, 1, steps);
-    Dev knew(size_t(cfg.num_kv_heads) * cfg.head_dim * 2, 5), vnew(size_t(cfg.num_kv_heads) * cfg.head_dim * 2, 6);
+    DeviceBuffer knew("k_new", size_t(cfg.num_kv_heads) * cfg.head_dim * 2),
+        vnew("v_new", size_t(cfg.num_kv_heads) * cfg.head_dim * 2);
+    knew.fill_uniform(oc::DType::bf16, 5);
+    vnew.fill_uniform(oc::DType::bf16, 6);
     ck(cudaDeviceSynchronize(), "fill");
     std::vector<oc::CpRankBuffers> local{rb.b};
     std::vector<double> t;
     for (int i = 0; i < steps; ++i) {
       oc::CpOptions o2 = opt;
       o2.halo_ready = i > 0;
-      const double ms = timed([&] { oc::cp_decode_step(cfg, L, tr, local, knew.p, vnew.p, s, o2); });
+      const double ms = timed([&] { oc::cp_decode_step(cfg, L, tr, local, knew.data(), vnew.data(), s, o2); });
       if (i >= 2) t.push_back(ms);
     }
+    rb.check_canaries();
+    gh::check_canaries({&knew, &vnew});
     std::ostringstream os;
     os << "decode " << R << " " << N << " " << median(t) << "\n";
     emit(os.str());
@@ -308,10 +325,10 @@ int main(int argc, char** argv) {
   std::vector<int> configs;
   for (int r = 1; r < R; r *= 2) configs.push_back(r);
   configs.push_back(R);
-  std::printf("context-parallel benchmark (issue 12): qwen3-8b attention (H_q 32, H_kv 8, D 128), bf16, w 128, "
+  std::printf("context-parallel benchmark: qwen3-8b attention (H_q 32, H_kv 8, D 128), bf16, w 128, "
               "%s mode; %d GPU(s) visible, rank counts:", a.det ? "deterministic" : "fast", gpus);
   for (int r : configs) std::printf(" %d", r);
-  std::printf("\n");
+  std::printf("\nL2 flushed on every rank before every timed step by a memset of max(256 MiB, 4 x L2)\n");
   if (R == 1)
     std::printf("only one GPU: R = 1 is the baseline; the multi-GPU rows (R = 2, 4, 8) need a machine with more "
                 "GPUs (run there with no arguments, or --ranks R)\n");
@@ -341,7 +358,7 @@ int main(int argc, char** argv) {
     else
       std::printf("%-8s %5d %10lld %12.4f %9s %11s\n", x.kind.c_str(), x.R, x.N, x.ms, "", "");
   }
-  std::printf("\ndecode target (issue 12): R GPUs over N rows <= 1.2x one GPU over N/R rows:\n");
+  std::printf("\ndecode target: R GPUs over N rows <= 1.2x one GPU over N/R rows:\n");
   for (auto& x : rows)
     if (x.kind == "decode" && x.R > 1) {
       const double b = base("decode", x.N / x.R);

@@ -1,5 +1,6 @@
-"""Shared by peers.py (forward peers, issue 4) and peers_backward.py (backward peers, issue 10):
-the attention shape, the command line, CUDA-event timing and the row recorder.
+"""Shared by peers.py (forward peers) and peers_backward.py (backward peers): the attention shape,
+the command line, CUDA-event timing (the L2 flushed before every sample, as the C++ benchmarks'
+GPU harness does) and the row recorder.
 
 Both scripts run as `python3 bench/gpu/peers*.py` (ci/gpu.sh, ci/gpu_backward.sh), so this
 directory is on sys.path and `import peers_common` finds this file.
@@ -26,15 +27,32 @@ def parse_args():
     return args
 
 
+_L2_FLUSH = []  # the flush buffer, allocated on first use
+
+
+def flush_l2():
+    """Overwrites a buffer of max(256 MiB, 4 x L2) bytes, evicting the previous call's data from the
+    L2 (as triton's do_bench and nvbench do, and the C++ benchmarks' L2Flush: the same size)."""
+    if not _L2_FLUSH:
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+        _L2_FLUSH.append(torch.empty(max(256 << 20, 4 * l2), dtype=torch.uint8, device="cuda"))
+        print(f"L2 ({l2 >> 20} MiB) flushed before every timed sample by a memset of "
+              f"{_L2_FLUSH[0].numel() >> 20} MiB", flush=True)
+    _L2_FLUSH[0].zero_()
+
+
 def median_ms(fn, runs, warm=3):
     """Median of `runs` CUDA-event-timed samples of fn after `warm` untimed calls, in ms per call;
-    a sample is CALLS_PER_SAMPLE[0] calls back to back."""
+    a sample is CALLS_PER_SAMPLE[0] calls back to back, after an L2 flush and a synchronization
+    (neither timed)."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
     per = CALLS_PER_SAMPLE[0]
     ts = []
     for _ in range(runs):
+        flush_l2()
+        torch.cuda.synchronize()
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()

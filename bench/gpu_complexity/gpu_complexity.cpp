@@ -1,5 +1,5 @@
 /// \file gpu_complexity.cpp
-/// \brief Complexity benchmarks of the CUDA kernels (issue 5; paper §3.3 and Figure 4; SPEC §2/§4).
+/// \brief Complexity benchmarks of the CUDA kernels (paper §3.3 and Figure 4; SPEC §2/§4).
 ///
 /// Times orthros::cuda::attention_forward with CUDA events (UseManualTime) on the qwen3-8b
 /// attention shape (H_q = 32, H_kv = 8, D = 128, w = 128, bf16; SPEC §7), sweeping T:
@@ -18,15 +18,18 @@
 ///   gpu/gemm_bf16          cuBLAS 8192^3 bf16 GEMM (fp32 accumulate): measured tensor-core rate
 /// Every point checks free device memory first and is skipped (with the reason) if it would not fit.
 ///
-/// Counters: FLOP/s = 4*D FLOPs per (query, key) pair per query head (exact pair counts of the
-/// operator's ranges); bytes_per_second = compulsory HBM traffic (Q, q_out and the K/V rows the
-/// call needs read once, O and o_out written once; LSEs not counted), as issue 4 defines it.
-/// The L2 cache is flushed (untimed) before every timed launch.
+/// Device tensors, FLOP and byte counts come from the GPU harness (verify/gpu/harness): an
+/// AttentionCase per point, whose CaseShape gives FLOP/s = 4*D FLOPs per (query, key) pair per
+/// query head (exact pair counts of the operator's ranges) and bytes_per_second = compulsory HBM
+/// traffic (Q, q_out and the K/V rows the call needs read once, O and o_out written once; LSEs
+/// not counted). The L2 cache is flushed (untimed, L2Flush) before every timed launch, and the
+/// canaries of every buffer are checked after the timing loop.
 ///
 /// Run (device): bench/scripts/gpu_complexity.sh <this binary> <out dir>
 #include "orthros/cuda/attention.hpp"
 
-#include "fill.hpp"
+#include "attention_case.hpp"
+#include "timing.hpp"
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
@@ -54,41 +57,20 @@ constexpr oc::DType kDtype = oc::DType::bf16;
 constexpr int kElem = 2;
 constexpr std::uint64_t kSeed = 20261130;
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+namespace gh = orthros::gpu_harness;
+using gh::check_cuda;
+using gh::DeviceBuffer;
 
-/// Owning device allocation.
-struct DevBuf {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  DevBuf() = default;
-  explicit DevBuf(std::size_t n) : bytes(n) {
-    if (n) ck(cudaMalloc(&p, n), "cudaMalloc");
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-};
-
-/// Shared per-process resources: stream, events, an L2-flush buffer.
+/// Shared per-process resources: the stream, events and the L2-flush buffer.
 struct Gpu {
   cudaStream_t stream{};
   cudaEvent_t start{}, stop{};
-  DevBuf flush;  ///< 4x the L2 size, memset before each timed launch
-  static std::size_t flush_bytes() {
-    int l2 = 0;
-    ck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute(L2)");
-    return static_cast<std::size_t>(std::max(l2, 1 << 20)) * 4;
+  gh::L2Flush flush;
+  Gpu() {
+    check_cuda(cudaStreamCreate(&stream), "cudaStreamCreate");
+    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   }
-  Gpu() : flush(flush_bytes()) {
-    ck(cudaStreamCreate(&stream), "cudaStreamCreate");
-    ck(cudaEventCreate(&start), "cudaEventCreate");
-    ck(cudaEventCreate(&stop), "cudaEventCreate");
-  }
-  void flush_l2() { ck(cudaMemsetAsync(flush.p, 0, flush.bytes, stream), "cudaMemsetAsync(L2 flush)"); }
   static Gpu& get() {
     static Gpu g;
     return g;
@@ -101,16 +83,16 @@ void time_loop(benchmark::State& st, F&& launch, bool warmup = true) {
   Gpu& g = Gpu::get();
   if (warmup) {
     launch();
-    ck(cudaStreamSynchronize(g.stream), "warm-up");
+    check_cuda(cudaStreamSynchronize(g.stream), "warm-up");
   }
   for (auto _ : st) {
-    g.flush_l2();
-    ck(cudaEventRecord(g.start, g.stream), "cudaEventRecord");
+    g.flush.flush(g.stream);
+    check_cuda(cudaEventRecord(g.start, g.stream), "cudaEventRecord");
     launch();
-    ck(cudaEventRecord(g.stop, g.stream), "cudaEventRecord");
-    ck(cudaEventSynchronize(g.stop), "cudaEventSynchronize");
+    check_cuda(cudaEventRecord(g.stop, g.stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(g.stop), "cudaEventSynchronize");
     float ms = 0;
-    ck(cudaEventElapsedTime(&ms, g.start, g.stop), "cudaEventElapsedTime");
+    check_cuda(cudaEventElapsedTime(&ms, g.start, g.stop), "cudaEventElapsedTime");
     st.SetIterationTime(static_cast<double>(ms) * 1e-3);
   }
 }
@@ -118,7 +100,7 @@ void time_loop(benchmark::State& st, F&& launch, bool warmup = true) {
 /// Skips the point when `need` bytes exceed 90% of free device memory. Returns false if skipped.
 bool fits(benchmark::State& st, double need) {
   std::size_t free_b = 0, total_b = 0;
-  ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   if (need > 0.9 * static_cast<double>(free_b)) {
     st.SkipWithError(("needs " + std::to_string(need / (1u << 30)) + " GiB, " +
                       std::to_string(static_cast<double>(free_b) / (1u << 30)) + " GiB free")
@@ -128,77 +110,37 @@ bool fits(benchmark::State& st, double need) {
   return true;
 }
 
-double swa_pairs(I64 first, I64 n, I64 w) {
-  double p = 0;
-  for (I64 t = first; t < first + n; ++t) p += static_cast<double>(std::min<I64>(t + 1, w));
-  return p;
-}
-double cross_pairs(I64 first, I64 n) {
-  return static_cast<double>(n) * static_cast<double>(first + 1) + static_cast<double>(n) * (n - 1) / 2.0;
-}
-
 /// One operator case: B sequences, each with T base tokens after P cached ones, the last T_out
 /// with output queries, window w.
 void run_case(benchmark::State& st, int B, I64 T, I64 P, I64 T_out, I64 w, bool deterministic, I64 complexity_n,
               bool warmup = true) {
   try {
-    const I64 cap = P + T;
+    const gh::CaseShape shape = gh::CaseShape::uniform(kHq, kHkv, kD, w, kElem, B, T, P, T_out);
     const double q_elems = double(B) * T * kHq * kD, qo_elems = double(B) * T_out * kHq * kD;
-    const double kv_elems = double(B) * cap * kHkv * kD;
+    const double kv_elems = double(B) * (P + T) * kHkv * kD;
     const double need = kElem * (2 * q_elems + 2 * qo_elems + 2 * kv_elems) + 4.0 * B * (T + T_out) * kHq;
     if (!fits(st, need)) return;
     Gpu& g = Gpu::get();
-    DevBuf q(kElem * std::size_t(q_elems)), qo(kElem * std::size_t(qo_elems)), k(kElem * std::size_t(kv_elems)),
-        v(kElem * std::size_t(kv_elems)), o(kElem * std::size_t(q_elems)), oo(kElem * std::size_t(qo_elems)),
-        lse(4 * std::size_t(B * T * kHq)), lse_out(4 * std::size_t(B * T_out * kHq));
-    ck(orthros::bench::fill_uniform(q.p, std::uint64_t(q_elems), kElem, true, kSeed + 1, g.stream), "fill q");
-    ck(orthros::bench::fill_uniform(qo.p, std::uint64_t(qo_elems), kElem, true, kSeed + 2, g.stream), "fill q_out");
-    ck(orthros::bench::fill_uniform(k.p, std::uint64_t(kv_elems), kElem, true, kSeed + 3, g.stream), "fill k");
-    ck(orthros::bench::fill_uniform(v.p, std::uint64_t(kv_elems), kElem, true, kSeed + 4, g.stream), "fill v");
-
-    oc::AttentionConfig cfg;
-    cfg.dtype = kDtype;
-    cfg.num_q_heads = kHq;
-    cfg.num_kv_heads = kHkv;
-    cfg.head_dim = kD;
-    cfg.window = w;
+    gh::AttentionCase c(shape, kDtype);
+    c.fill_inputs(kSeed, g.stream);
+    oc::AttentionConfig cfg = c.config();
     cfg.deterministic = deterministic;
-    oc::BatchLayout lay;
-    for (int b = 0; b < B; ++b) {
-      lay.q_lens.push_back(static_cast<int>(T));
-      lay.out_lens.push_back(static_cast<int>(T_out));
-      lay.cache_lens.push_back(cap);
-    }
-    const std::size_t ws_bytes = oc::attention_workspace_bytes(cfg, lay);
-    DevBuf ws(ws_bytes);
-    oc::AttentionBuffers buf;
-    buf.q = q.p;
-    buf.q_out = T_out ? qo.p : nullptr;
-    buf.k_cache = k.p;
-    buf.v_cache = v.p;
-    buf.capacity = cap;
-    buf.o = o.p;
-    buf.o_out = T_out ? oo.p : nullptr;
-    buf.lse = static_cast<float*>(lse.p);
-    buf.lse_out = T_out ? static_cast<float*>(lse_out.p) : nullptr;
-    buf.workspace = ws.p;
-    buf.workspace_bytes = ws_bytes;
-    ck(cudaStreamSynchronize(g.stream), "fill");
+    c.set_workspace(oc::attention_workspace_bytes(cfg, c.layout()));
+    const oc::AttentionBuffers buf = c.forward_buffers();
+    check_cuda(cudaStreamSynchronize(g.stream), "fill");
 
-    time_loop(st, [&] { oc::attention_forward(cfg, lay, buf, g.stream); }, warmup);
+    time_loop(st, [&] { oc::attention_forward(cfg, c.layout(), buf, g.stream); }, warmup);
+    c.check_canaries();
 
-    const double pairs = B * (swa_pairs(P, T, w) + cross_pairs(P + T - T_out, T_out));
-    const I64 first_key = T_out > 0 ? 0 : std::max<I64>(0, P - w + 1);
-    const double bytes = kElem * (2 * q_elems + 2 * qo_elems + 2.0 * B * double(cap - first_key) * kHkv * kD);
     st.SetComplexityN(complexity_n);
-    st.counters["FLOP/s"] = benchmark::Counter(4.0 * kD * kHq * pairs, benchmark::Counter::kIsIterationInvariantRate);
-    st.counters["pairs"] = pairs;
+    st.counters["FLOP/s"] = benchmark::Counter(c.forward_flops(), benchmark::Counter::kIsIterationInvariantRate);
+    st.counters["pairs"] = shape.pairs();
     st.counters["T"] = double(T);
     st.counters["P"] = double(P);
     st.counters["T_out"] = double(T_out);
     st.counters["B"] = double(B);
-    st.counters["ws_MiB"] = double(ws_bytes) / (1 << 20);
-    st.SetBytesProcessed(static_cast<std::int64_t>(bytes) * st.iterations());
+    st.counters["ws_MiB"] = double(c.workspace.bytes()) / (1 << 20);
+    st.SetBytesProcessed(static_cast<std::int64_t>(c.forward_bytes()) * st.iterations());
   } catch (const std::exception& e) {
     st.SkipWithError(e.what());
   }
@@ -236,9 +178,12 @@ void BM_copy_d2d(benchmark::State& st) {
     const std::size_t n = std::size_t(st.range(0)) << 20;
     if (!fits(st, 2.0 * n)) return;
     Gpu& g = Gpu::get();
-    DevBuf a(n), b(n);
-    ck(cudaMemsetAsync(a.p, 1, n, g.stream), "cudaMemsetAsync");
-    time_loop(st, [&] { ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, g.stream), "cudaMemcpyAsync"); });
+    DeviceBuffer a("copy source", n), b("copy destination", n);
+    check_cuda(cudaMemsetAsync(a.data(), 1, n, g.stream), "cudaMemsetAsync");
+    time_loop(st, [&] {
+      check_cuda(cudaMemcpyAsync(b.data(), a.data(), n, cudaMemcpyDeviceToDevice, g.stream), "cudaMemcpyAsync");
+    });
+    gh::check_canaries({&a, &b});
     st.SetBytesProcessed(static_cast<std::int64_t>(2 * n) * st.iterations());
   } catch (const std::exception& e) {
     st.SkipWithError(e.what());
@@ -288,16 +233,16 @@ void BM_gemm_bf16(benchmark::State& st) {
     const int n = static_cast<int>(st.range(0));
     Gpu& g = Gpu::get();
     const std::size_t e = std::size_t(n) * n;
-    DevBuf a(2 * e), b(2 * e), c(2 * e);
-    ck(orthros::bench::fill_uniform(a.p, e, 2, true, kSeed + 7, g.stream), "fill a");
-    ck(orthros::bench::fill_uniform(b.p, e, 2, true, kSeed + 8, g.stream), "fill b");
+    DeviceBuffer a("gemm a", 2 * e), b("gemm b", 2 * e), c("gemm c", 2 * e);
+    a.fill_uniform(oc::DType::bf16, kSeed + 7, g.stream);
+    b.fill_uniform(oc::DType::bf16, kSeed + 8, g.stream);
     cublasHandle_t h{};
     if (cb.create(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
     cb.set_stream(h, g.stream);
     const float one = 1.f, zero = 0.f;
     auto gemm = [&] {
-      if (cb.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n, &zero, c.p,
-                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+      if (cb.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n, b.data(), CUDA_R_16BF, n,
+                     &zero, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
         throw std::runtime_error("cublasGemmEx failed");
     };
     try {
@@ -307,6 +252,7 @@ void BM_gemm_bf16(benchmark::State& st) {
       throw;
     }
     cb.destroy(h);
+    gh::check_canaries({&a, &b, &c});
     st.counters["FLOP/s"] =
         benchmark::Counter(2.0 * double(n) * n * n, benchmark::Counter::kIsIterationInvariantRate);
   } catch (const std::exception& e) {

@@ -1,11 +1,12 @@
-// `orthros verify --device cuda` (issue 4): the regime table of the main job, computed by the
+// `orthros verify --device cuda`: the regime table of the main job, computed by the
 // CUDA kernels and checked against PT on the GPU (bitwise in deterministic mode) and against the
 // float64 oracle under SPEC §6. Compiled only in CUDA builds.
 #ifdef ORTHROS_HAVE_CUDA
 
 #include "verify_cuda.hpp"
 
-#include "cuda_host.hpp"
+#include "attention_case.hpp"
+#include "device_buffer.hpp"
 
 #include "orthros/attention.hpp"
 #include "orthros/check.hpp"
@@ -26,8 +27,9 @@ using orthros::Mat;
 using BF = Eigen::bfloat16;
 namespace oc = orthros::cuda;
 
-using orthros::cli::ck;
-using orthros::cli::Dev;
+namespace gh = orthros::gpu_harness;
+using gh::check_cuda;
+using gh::DeviceBuffer;
 
 // Outputs of one regime, placed at absolute positions (rows = positions 0..T-1).
 struct Outputs {
@@ -40,36 +42,41 @@ struct Outputs {
 struct Ctx {
   int T, Hq, Hkv, D;
   oc::AttentionConfig cfg;
-  Dev *q, *qo, *k, *v;  // full sequence: q/q_out [T, Hq, D], k/v cache [T, Hkv, D]
+  const Mat<BF>*q, *qo;  // full sequence on the host: q/q_out [T, Hq*D]
 };
 
-// One call over tokens [a, b) with the last t_out output queries; the cache holds rows 0..b-1.
-void call(const Ctx& c, Outputs& out, int a, int b, int t_out, const void* kc, const void* vc, std::int64_t cap) {
-  const int n = b - a, HD = c.Hq * c.D;
-  Dev o(size_t(n) * HD * 2), oo(size_t(t_out) * HD * 2), l(size_t(n) * c.Hq * 4), lo(size_t(t_out) * c.Hq * 4);
-  oc::AttentionBuffers buf;
-  buf.q = c.q->at<BF>(size_t(a) * HD);
-  buf.q_out = c.qo->at<BF>(size_t(b - t_out) * HD);
-  buf.k_cache = kc;
-  buf.v_cache = vc;
-  buf.capacity = cap;
-  buf.o = o.p;
-  buf.o_out = oo.p;
-  buf.lse = static_cast<float*>(l.p);
-  buf.lse_out = static_cast<float*>(lo.p);
+// Times one attention_forward of `ac` (outputs NaN-poisoned before, canaries checked after).
+double timed_forward(const oc::AttentionConfig& cfg, gh::AttentionCase& ac) {
+  ac.poison_outputs();
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const auto t0 = std::chrono::steady_clock::now();
-  oc::attention_forward(c.cfg, oc::BatchLayout::single(n, a, t_out), buf, nullptr);
-  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  out.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  ck(cudaMemcpy(out.o.data() + size_t(a) * HD, o.p, size_t(n) * HD * 2, cudaMemcpyDeviceToHost), "cudaMemcpy o");
-  ck(cudaMemcpy(out.lse.data() + size_t(a) * c.Hq, l.p, size_t(n) * c.Hq * 4, cudaMemcpyDeviceToHost), "cudaMemcpy lse");
-  if (t_out) {
-    ck(cudaMemcpy(out.o_out.data() + size_t(b - t_out) * HD, oo.p, size_t(t_out) * HD * 2, cudaMemcpyDeviceToHost),
-       "cudaMemcpy o_out");
-    ck(cudaMemcpy(out.lse_out.data() + size_t(b - t_out) * c.Hq, lo.p, size_t(t_out) * c.Hq * 4,
-                  cudaMemcpyDeviceToHost),
-       "cudaMemcpy lse_out");
-  }
+  oc::attention_forward(cfg, ac.layout(), ac.forward_buffers(), nullptr);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ac.check_canaries();
+  return ms;
+}
+
+// One call over tokens [a, b) with the last t_out output queries; the cache rows 0..b-1 come
+// from the device caches kc, vc ([T, Hkv, D]); the call's capacity is T.
+void call(const Ctx& c, Outputs& out, int a, int b, int t_out, const DeviceBuffer& kc, const DeviceBuffer& vc) {
+  const int n = b - a;
+  gh::AttentionCase ac(gh::CaseShape::uniform(c.Hq, c.Hkv, c.D, c.cfg.window, 2, 1, n, a, t_out), oc::DType::bf16,
+                       false, c.T - b);
+  gh::AttentionCase::upload_rows(ac.q, c.q->middleRows(a, n), 0, ac.shape().q_row_bytes());
+  gh::AttentionCase::upload_rows(ac.q_out, c.qo->middleRows(b - t_out, t_out), 0, ac.shape().q_row_bytes());
+  const size_t kv_bytes = size_t(b) * size_t(ac.shape().kv_row_bytes());
+  ac.k_cache.copy_from_device(kc.data(), kv_bytes);
+  ac.v_cache.copy_from_device(vc.data(), kv_bytes);
+  out.ms += timed_forward(c.cfg, ac);
+  auto o = out.o.middleRows(a, n);
+  auto lse = out.lse.middleRows(a, n);
+  auto o_out = out.o_out.middleRows(b - t_out, t_out);
+  auto lse_out = out.lse_out.middleRows(b - t_out, t_out);
+  gh::AttentionCase::download_rows(ac.o, o, 0);
+  gh::AttentionCase::download_rows(ac.lse, lse, 0);
+  gh::AttentionCase::download_rows(ac.o_out, o_out, 0);
+  gh::AttentionCase::download_rows(ac.lse_out, lse_out, 0);
   for (int i = a; i < b; ++i) out.has_base[i] = 1;
   for (int i = b - t_out; i < b; ++i) out.has_out[i] = 1;
 }
@@ -107,7 +114,7 @@ int orthros_verify_cuda(const std::string& config, int seq_len, unsigned seed) {
           probe == cudaSuccess ? "no device found" : cudaGetErrorString(probe), ")");
   const int T = seq_len, Hq = ac.num_q_heads, Hkv = ac.num_kv_heads, D = ac.head_dim, HD = Hq * D;
   cudaDeviceProp prop;
-  ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("orthros verify --device cuda: %s, config %s (H_q=%d H_kv=%d D=%d w=%lld), T=%d, bf16, seed %u\n",
               prop.name, config.c_str(), Hq, Hkv, D, static_cast<long long>(ac.window), T, seed);
 
@@ -128,17 +135,13 @@ int orthros_verify_cuda(const std::string& config, int seq_len, unsigned seed) {
                                                       qo.cast<double>(), ac.dims(), opt);
   const auto at = orthros::orthros_attention<BF>(q, k, v, qo, ac.dims(), opt);
 
-  Dev dq(size_t(T) * HD * 2), dqo(size_t(T) * HD * 2), dk(size_t(T) * Hkv * D * 2), dv(size_t(T) * Hkv * D * 2);
-  ck(cudaMemcpy(dq.p, q.data(), size_t(T) * HD * 2, cudaMemcpyHostToDevice), "cudaMemcpy q");
-  ck(cudaMemcpy(dqo.p, qo.data(), size_t(T) * HD * 2, cudaMemcpyHostToDevice), "cudaMemcpy q_out");
-  ck(cudaMemcpy(dk.p, k.data(), size_t(T) * Hkv * D * 2, cudaMemcpyHostToDevice), "cudaMemcpy k");
-  ck(cudaMemcpy(dv.p, v.data(), size_t(T) * Hkv * D * 2, cudaMemcpyHostToDevice), "cudaMemcpy v");
+  const DeviceBuffer dk = DeviceBuffer::of("k", k), dv = DeviceBuffer::of("v", v);  // the full cache [T, Hkv, D]
 
   int failures = 0;
   std::printf("\n%-5s %-22s %-12s %12s %8s %12s %7s %9s\n", "mode", "regime", "positions", "max|d| vs PT", "bitwise",
               "max err f64", "SPEC6", "time ms");
   for (bool det : {false, true}) {
-    Ctx c{T, Hq, Hkv, D, {}, &dq, &dqo, &dk, &dv};
+    Ctx c{T, Hq, Hkv, D, {}, &q, &qo};
     c.cfg.dtype = oc::DType::bf16;
     c.cfg.num_q_heads = Hq;
     c.cfg.num_kv_heads = Hkv;
@@ -152,82 +155,72 @@ int orthros_verify_cuda(const std::string& config, int seq_len, unsigned seed) {
     std::vector<Named> regs;
     {  // PT
       Outputs r = empty_outputs(c);
-      call(c, r, 0, T, T, dk.p, dv.p, T);
+      call(c, r, 0, T, T, dk, dv);
       regs.push_back({"PT", std::move(r)});
     }
     for (int split : {T / 2, T / 5}) {  // SFT with two response splits
       Outputs r = empty_outputs(c);
-      call(c, r, 0, T, T - split, dk.p, dv.p, T);
+      call(c, r, 0, T, T - split, dk, dv);
       regs.push_back({"SFT T_out=" + std::to_string(T - split), std::move(r)});
     }
     {  // prefill
       Outputs r = empty_outputs(c);
-      call(c, r, 0, T, 1, dk.p, dv.p, T);
+      call(c, r, 0, T, 1, dk, dv);
       regs.push_back({"prefill", std::move(r)});
     }
     {  // chunked prefill: three uneven chunks, the last one with the output query
       Outputs r = empty_outputs(c);
       const int c1 = T / 3 + 1, c2 = (2 * T) / 3 + 3 < T ? (2 * T) / 3 + 3 : T - 1;
-      call(c, r, 0, c1, 0, dk.p, dv.p, T);
-      call(c, r, c1, c2, 0, dk.p, dv.p, T);
-      call(c, r, c2, T, 1, dk.p, dv.p, T);
+      call(c, r, 0, c1, 0, dk, dv);
+      call(c, r, c1, c2, 0, dk, dv);
+      call(c, r, c2, T, 1, dk, dv);
       regs.push_back({"chunked prefill", std::move(r)});
     }
     {  // prefill of the first half, then decode steps with the GPU cache append
       Outputs r = empty_outputs(c);
-      Dev kc(size_t(T) * Hkv * D * 2), vc(size_t(T) * Hkv * D * 2);  // NaN-poisoned cache
+      DeviceBuffer kc("k cache", size_t(T) * Hkv * D * 2), vc("v cache", size_t(T) * Hkv * D * 2);  // NaN-poisoned
       const int p0 = T / 2;
-      oc::rope_append_kv(oc::DType::bf16, oc::BatchLayout::single(p0, 0, 1), Hq, Hkv, D, dk.p, dv.p, kc.p, vc.p, T, 0.0,
-                         0, nullptr, nullptr);
-      call(c, r, 0, p0, 1, kc.p, vc.p, T);
+      oc::rope_append_kv(oc::DType::bf16, oc::BatchLayout::single(p0, 0, 1), Hq, Hkv, D, dk.data(), dv.data(), kc.data(),
+                         vc.data(), T, 0.0, 0, nullptr, nullptr);
+      check_cuda(cudaDeviceSynchronize(), "rope_append_kv");
+      gh::check_canaries({&dk, &dv, &kc, &vc});
+      call(c, r, 0, p0, 1, kc, vc);
       for (int t = p0; t < T; ++t) {
-        oc::rope_append_kv(oc::DType::bf16, oc::BatchLayout::single(1, t, 1), Hq, Hkv, D, dk.at<BF>(size_t(t) * Hkv * D),
-                           dv.at<BF>(size_t(t) * Hkv * D), kc.p, vc.p, T, 0.0, 0, nullptr, nullptr);
-        call(c, r, t, t + 1, 1, kc.p, vc.p, T);
+        oc::rope_append_kv(oc::DType::bf16, oc::BatchLayout::single(1, t, 1), Hq, Hkv, D, dk.as<BF>(size_t(t) * Hkv * D),
+                           dv.as<BF>(size_t(t) * Hkv * D), kc.data(), vc.data(), T, 0.0, 0, nullptr, nullptr);
+        check_cuda(cudaDeviceSynchronize(), "rope_append_kv");
+        gh::check_canaries({&kc, &vc});
+        call(c, r, t, t + 1, 1, kc, vc);
       }
       regs.push_back({"prefill+decode", std::move(r)});
     }
     {  // ragged decode: 4 sequences (the same tokens, caches of different lengths) in one call
       Outputs r = empty_outputs(c);
       const int B = 4;
-      Dev kc(size_t(B) * T * Hkv * D * 2), vc(size_t(B) * T * Hkv * D * 2), bq(size_t(B) * HD * 2),
-          bqo(size_t(B) * HD * 2), bo(size_t(B) * HD * 2), boo(size_t(B) * HD * 2), bl(B * Hq * 4), blo(B * Hq * 4);
-      oc::BatchLayout lay;
+      std::vector<int> pos(B);  // decode position of sequence b
+      gh::CaseShape shape = gh::CaseShape::uniform(Hq, Hkv, D, ac.window, 2, B, 1, 0, 1);
       for (int b = 0; b < B; ++b) {
-        const int t = T - 1 - b * (T / 5);  // decode position of sequence b
-        lay.q_lens.push_back(1);
-        lay.out_lens.push_back(1);
-        lay.cache_lens.push_back(t + 1);
-        ck(cudaMemcpy(kc.at<BF>(size_t(b) * T * Hkv * D), dk.p, size_t(t + 1) * Hkv * D * 2, cudaMemcpyDeviceToDevice),
-           "cudaMemcpy k cache");
-        ck(cudaMemcpy(vc.at<BF>(size_t(b) * T * Hkv * D), dv.p, size_t(t + 1) * Hkv * D * 2, cudaMemcpyDeviceToDevice),
-           "cudaMemcpy v cache");
-        ck(cudaMemcpy(bq.at<BF>(size_t(b) * HD), dq.at<BF>(size_t(t) * HD), HD * 2, cudaMemcpyDeviceToDevice), "q row");
-        ck(cudaMemcpy(bqo.at<BF>(size_t(b) * HD), dqo.at<BF>(size_t(t) * HD), HD * 2, cudaMemcpyDeviceToDevice),
-           "q_out row");
+        pos[b] = T - 1 - b * (T / 5);
+        shape.seqs[b].P = pos[b];
       }
-      oc::AttentionBuffers buf;
-      buf.q = bq.p;
-      buf.q_out = bqo.p;
-      buf.k_cache = kc.p;
-      buf.v_cache = vc.p;
-      buf.capacity = T;
-      buf.o = bo.p;
-      buf.o_out = boo.p;
-      buf.lse = static_cast<float*>(bl.p);
-      buf.lse_out = static_cast<float*>(blo.p);
-      const auto t0 = std::chrono::steady_clock::now();
-      oc::attention_forward(c.cfg, lay, buf, nullptr);
-      ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      gh::AttentionCase rc(shape, oc::DType::bf16);  // capacity: the longest cache, T
+      const double qrow = rc.shape().q_row_bytes(), kvrow = rc.shape().kv_row_bytes();
       for (int b = 0; b < B; ++b) {
-        const int t = static_cast<int>(lay.cache_lens[b]) - 1;
-        ck(cudaMemcpy(r.o.data() + size_t(t) * HD, bo.at<BF>(size_t(b) * HD), HD * 2, cudaMemcpyDeviceToHost), "o");
-        ck(cudaMemcpy(r.o_out.data() + size_t(t) * HD, boo.at<BF>(size_t(b) * HD), HD * 2, cudaMemcpyDeviceToHost),
-           "o_out");
-        ck(cudaMemcpy(r.lse.data() + size_t(t) * Hq, bl.at<float>(size_t(b) * Hq), Hq * 4, cudaMemcpyDeviceToHost), "lse");
-        ck(cudaMemcpy(r.lse_out.data() + size_t(t) * Hq, blo.at<float>(size_t(b) * Hq), Hq * 4, cudaMemcpyDeviceToHost),
-           "lse_out");
+        const int t = pos[b];
+        rc.k_cache.copy_from_device(dk.data(), size_t(t + 1) * size_t(kvrow), size_t(rc.cache_row(b)) * size_t(kvrow));
+        rc.v_cache.copy_from_device(dv.data(), size_t(t + 1) * size_t(kvrow), size_t(rc.cache_row(b)) * size_t(kvrow));
+        gh::AttentionCase::upload_rows(rc.q, q.middleRows(t, 1), rc.q_row(b), qrow);
+        gh::AttentionCase::upload_rows(rc.q_out, qo.middleRows(t, 1), rc.out_row(b), qrow);
+      }
+      r.ms = timed_forward(c.cfg, rc);
+      for (int b = 0; b < B; ++b) {
+        const int t = pos[b];
+        auto o = r.o.middleRows(t, 1), o_out = r.o_out.middleRows(t, 1);
+        auto lse = r.lse.middleRows(t, 1), lse_out = r.lse_out.middleRows(t, 1);
+        gh::AttentionCase::download_rows(rc.o, o, rc.q_row(b));
+        gh::AttentionCase::download_rows(rc.o_out, o_out, rc.out_row(b));
+        gh::AttentionCase::download_rows(rc.lse, lse, rc.q_row(b));
+        gh::AttentionCase::download_rows(rc.lse_out, lse_out, rc.out_row(b));
         r.has_base[t] = r.has_out[t] = 1;
       }
       regs.push_back({"ragged decode B=4", std::move(r)});

@@ -1,11 +1,12 @@
-// `orthros verify --grad --device cuda` (issue 10): the backward on the GPU against the float64
+// `orthros verify --grad --device cuda`: the backward on the GPU against the float64
 // oracle under SPEC §6 (§9 for gradients), in bf16: the attention operator's dq, dq', dk, dv and
 // a training step of the attention layer (every parameter gradient and dx, dx'), for PT, SFT and
 // window-only training sequences, each alone and all four in one ragged batch. Compiled only in
 // CUDA builds.
 #ifdef ORTHROS_HAVE_CUDA
 
-#include "cuda_host.hpp"
+#include "attention_case.hpp"
+#include "device_buffer.hpp"
 #include "verify_cuda.hpp"
 
 #include "orthros/attention_backward.hpp"
@@ -30,8 +31,9 @@ namespace {
 
 using orthros::Mat;
 using orthros::Vec;
-using orthros::cli::ck;
-using orthros::cli::Dev;
+using orthros::gpu_harness::check_cuda;
+using orthros::gpu_harness::DeviceBuffer;
+namespace gh = orthros::gpu_harness;
 using BF = Eigen::bfloat16;
 namespace oc = orthros::cuda;
 namespace check = orthros::check;
@@ -112,90 +114,41 @@ struct OpGrads {
   Mat<BF> dq, dq_out, dk, dv;
 };
 
-// attention_forward then attention_backward on the GPU for the sequences `idx` of `in` in one
-// call; returns each sequence's gradients.
+// attention_forward then attention_backward on the GPU for the sequences `shapes` of `in` in one
+// call (an AttentionCase: outputs and gradients NaN-poisoned before, canaries checked after each
+// call); returns each sequence's gradients. `ms`: the backward call alone.
 std::vector<OpGrads> op_gpu(const oc::AttentionConfig& cfg, const std::vector<SeqShape>& shapes,
                             const std::vector<OpInputs>& in, double& ms) {
   const int B = static_cast<int>(shapes.size()), Hq = cfg.num_q_heads, Hkv = cfg.num_kv_heads, D = cfg.head_dim;
-  const oc::BatchLayout lay = layout_of(shapes);
-  std::int64_t cap = 1;
-  for (const auto& s : shapes) cap = std::max<std::int64_t>(cap, s.T);
-  std::vector<const Mat<BF>*> q, qo, dO, dOo;
-  for (const auto& x : in) {
-    q.push_back(&x.q);
-    qo.push_back(&x.q_out);
-    dO.push_back(&x.d_o);
-    dOo.push_back(&x.d_o_out);
-  }
-  Dev dq_in = Dev::of(stack(q, Hq * D)), dqo_in = Dev::of(stack(qo, Hq * D)), ddo = Dev::of(stack(dO, Hq * D)),
-      ddoo = Dev::of(stack(dOo, Hq * D));
-  const size_t es = sizeof(BF), row_kv = size_t(Hkv) * D;
-  Dev kc(size_t(B) * cap * row_kv * es), vc(size_t(B) * cap * row_kv * es);
+  gh::CaseShape shape{Hq, Hkv, D, cfg.window, int(sizeof(BF)), {}};
+  for (const auto& s : shapes) shape.seqs.push_back({s.T, 0, s.T_out});
+  gh::AttentionCase c(shape, oc::DType::bf16, true);
   for (int b = 0; b < B; ++b) {
-    ck(cudaMemcpy(kc.at<BF>(size_t(b) * cap * row_kv), in[b].k.data(), size_t(in[b].k.size()) * es,
-                  cudaMemcpyHostToDevice),
-       "cudaMemcpy k");
-    ck(cudaMemcpy(vc.at<BF>(size_t(b) * cap * row_kv), in[b].v.data(), size_t(in[b].v.size()) * es,
-                  cudaMemcpyHostToDevice),
-       "cudaMemcpy v");
+    c.upload_sequence(b, in[b].q, in[b].k, in[b].v, in[b].q_out);
+    c.upload_upstream(b, in[b].d_o, in[b].d_o_out);
   }
-  const size_t tq = size_t(lay.total_q()), to = size_t(lay.total_out()), HD = size_t(Hq) * D;
-  Dev o(tq * HD * es), oo(to * HD * es), lse(tq * Hq * 4), lse_out(to * Hq * 4);
-  oc::AttentionBuffers fb;
-  fb.q = dq_in.p;
-  fb.q_out = to ? dqo_in.p : nullptr;
-  fb.k_cache = kc.p;
-  fb.v_cache = vc.p;
-  fb.capacity = cap;
-  fb.o = o.p;
-  fb.o_out = to ? oo.p : nullptr;
-  fb.lse = static_cast<float*>(lse.p);
-  fb.lse_out = to ? static_cast<float*>(lse_out.p) : nullptr;
-  oc::attention_forward(cfg, lay, fb, nullptr);
-  Dev dq(tq * HD * es), dqo(to * HD * es), dk(tq * row_kv * es), dv(tq * row_kv * es),
-      ws(oc::attention_backward_workspace_bytes(cfg, lay));
-  oc::AttentionBackwardBuffers bb;
-  bb.q = dq_in.p;
-  bb.q_out = fb.q_out;
-  bb.k_cache = kc.p;
-  bb.v_cache = vc.p;
-  bb.capacity = cap;
-  bb.o = o.p;
-  bb.o_out = fb.o_out;
-  bb.lse = fb.lse;
-  bb.lse_out = fb.lse_out;
-  bb.d_o = ddo.p;
-  bb.d_o_out = to ? ddoo.p : nullptr;
-  bb.dq = dq.p;
-  bb.dq_out = to ? dqo.p : nullptr;
-  bb.dk = dk.p;
-  bb.dv = dv.p;
-  bb.workspace = ws.p;
-  bb.workspace_bytes = oc::attention_backward_workspace_bytes(cfg, lay);
-  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const oc::AttentionConfig ccfg = c.config(cfg);
+  c.forward(ccfg);
+  c.set_backward_workspace(oc::attention_backward_workspace_bytes(ccfg, c.layout()));
+  c.poison_gradients();
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const auto t0 = std::chrono::steady_clock::now();
-  oc::attention_backward(cfg, lay, bb, nullptr);
-  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_backward");
+  oc::attention_backward(ccfg, c.layout(), c.backward_buffers(), nullptr);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_backward");
   ms = ms_since(t0);
+  c.check_canaries();
+  const size_t HD = size_t(Hq) * D, row_kv = size_t(Hkv) * D;
   std::vector<OpGrads> out(B);
-  size_t qoff = 0, ooff = 0;
   for (int b = 0; b < B; ++b) {
-    const int T = shapes[b].T, To = shapes[b].T_out;
     OpGrads& g = out[b];
-    g.dq.resize(T, HD);
-    g.dq_out.resize(To, HD);
-    g.dk.resize(T, row_kv);
-    g.dv.resize(T, row_kv);
-    auto down = [&](Mat<BF>& m, const Dev& d, size_t row_off, size_t cols, const char* what) {
-      if (m.size())
-        ck(cudaMemcpy(m.data(), d.at<BF>(row_off * cols), size_t(m.size()) * es, cudaMemcpyDeviceToHost), what);
-    };
-    down(g.dq, dq, qoff, HD, "cudaMemcpy dq");
-    down(g.dq_out, dqo, ooff, HD, "cudaMemcpy dq_out");
-    down(g.dk, dk, qoff, row_kv, "cudaMemcpy dk");
-    down(g.dv, dv, qoff, row_kv, "cudaMemcpy dv");
-    qoff += T;
-    ooff += To;
+    g.dq.resize(shapes[b].T, HD);
+    g.dq_out.resize(shapes[b].T_out, HD);
+    g.dk.resize(shapes[b].T, row_kv);
+    g.dv.resize(shapes[b].T, row_kv);
+    gh::AttentionCase::download_rows(c.dq, g.dq, c.q_row(b));
+    gh::AttentionCase::download_rows(c.dq_out, g.dq_out, c.out_row(b));
+    gh::AttentionCase::download_rows(c.dk, g.dk, c.q_row(b));
+    gh::AttentionCase::download_rows(c.dv, g.dv, c.q_row(b));
   }
   return out;
 }
@@ -222,47 +175,55 @@ LayerGradsHost layer_gpu(const oc::LayerConfig& cfg, const orthros::AttentionWei
     dy.push_back(&s.dy);
     dyo.push_back(&s.dy_out);
   }
-  Dev dx_in = Dev::of(stack(x, dm)), dxo_in = Dev::of(stack(xo, dm)), ddy = Dev::of(stack(dy, dm)),
-      ddyo = Dev::of(stack(dyo, dm));
-  Dev wq = Dev::of(w.w_q), wk = Dev::of(w.w_k), wv = Dev::of(w.w_v), wo = Dev::of(w.w_o);
-  Dev al = Dev::of(w.alpha), be = Dev::of(w.beta), alo = Dev::of(w.alpha_out), beo = Dev::of(w.beta_out),
-      qn = Dev::of(w.q_norm), kn = Dev::of(w.k_norm);
-  const oc::LayerWeightsDevice gw{wq.p, wk.p, wv.p, wo.p, al.p, be.p, alo.p, beo.p, qn.p, kn.p};
+  DeviceBuffer dx_in = DeviceBuffer::of("x", stack(x, dm)), dxo_in = DeviceBuffer::of("x_out", stack(xo, dm)),
+               ddy = DeviceBuffer::of("dy", stack(dy, dm)), ddyo = DeviceBuffer::of("dy_out", stack(dyo, dm));
+  DeviceBuffer wq = DeviceBuffer::of("w_q", w.w_q), wk = DeviceBuffer::of("w_k", w.w_k),
+               wv = DeviceBuffer::of("w_v", w.w_v), wo = DeviceBuffer::of("w_o", w.w_o);
+  DeviceBuffer al = DeviceBuffer::of("alpha", w.alpha), be = DeviceBuffer::of("beta", w.beta),
+               alo = DeviceBuffer::of("alpha_out", w.alpha_out), beo = DeviceBuffer::of("beta_out", w.beta_out),
+               qn = DeviceBuffer::of("q_norm", w.q_norm), kn = DeviceBuffer::of("k_norm", w.k_norm);
+  const oc::LayerWeightsDevice gw{wq.data(), wk.data(), wv.data(), wo.data(), al.data(),
+                                  be.data(), alo.data(), beo.data(), qn.data(), kn.data()};
   LayerGradsHost g;
   g.dw = orthros::zeros_like(w);
   const size_t es = sizeof(BF), tq = size_t(lay.total_q()), to = size_t(lay.total_out());
-  Dev odx(tq * dm * es), odxo(to * dm * es), owq(g.dw.w_q.size() * es), owk(g.dw.w_k.size() * es),
-      owv(g.dw.w_v.size() * es), owo(g.dw.w_o.size() * es), oal(g.dw.alpha.size() * es), obe(g.dw.beta.size() * es),
-      oalo(g.dw.alpha_out.size() * es), obeo(g.dw.beta_out.size() * es), oqn(g.dw.q_norm.size() * es),
-      okn(g.dw.k_norm.size() * es), ws(oc::attention_layer_backward_workspace_bytes(cfg, lay) + 256);
+  DeviceBuffer odx("dx", tq * dm * es), odxo("dx_out", to * dm * es), owq("dw_q", g.dw.w_q.size() * es),
+      owk("dw_k", g.dw.w_k.size() * es), owv("dw_v", g.dw.w_v.size() * es), owo("dw_o", g.dw.w_o.size() * es),
+      oal("dalpha", g.dw.alpha.size() * es), obe("dbeta", g.dw.beta.size() * es),
+      oalo("dalpha_out", g.dw.alpha_out.size() * es), obeo("dbeta_out", g.dw.beta_out.size() * es),
+      oqn("dq_norm", g.dw.q_norm.size() * es), okn("dk_norm", g.dw.k_norm.size() * es),
+      ws("layer backward workspace", oc::attention_layer_backward_workspace_bytes(cfg, lay) + 256);
   oc::LayerBackwardBuffers b;
-  b.x = dx_in.p;
-  b.x_out = to ? dxo_in.p : nullptr;
-  b.dy = ddy.p;
-  b.dy_out = to ? ddyo.p : nullptr;
-  b.grads = {odx.p, to ? odxo.p : nullptr, owq.p, owk.p, owv.p, owo.p, oal.p, obe.p, oalo.p, obeo.p, oqn.p, okn.p};
-  b.workspace = ws.p;  // cudaMalloc: 256-byte aligned
+  b.x = dx_in.data();
+  b.x_out = to ? dxo_in.data() : nullptr;
+  b.dy = ddy.data();
+  b.dy_out = to ? ddyo.data() : nullptr;
+  b.grads = {odx.data(), to ? odxo.data() : nullptr, owq.data(), owk.data(), owv.data(), owo.data(),
+             oal.data(), obe.data(),  oalo.data(), obeo.data(), oqn.data(), okn.data()};
+  b.workspace = ws.data();  // 256-byte aligned (DeviceBuffer keeps cudaMalloc's alignment)
   b.workspace_bytes = oc::attention_layer_backward_workspace_bytes(cfg, lay);
-  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const auto t0 = std::chrono::steady_clock::now();
   oc::attention_layer_backward(cfg, lay, gw, b, blas, nullptr);
-  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_backward");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_backward");
   ms = ms_since(t0);
-  owq.download(g.dw.w_q);
-  owk.download(g.dw.w_k);
-  owv.download(g.dw.w_v);
-  owo.download(g.dw.w_o);
-  oal.download(g.dw.alpha);
-  obe.download(g.dw.beta);
-  oalo.download(g.dw.alpha_out);
-  obeo.download(g.dw.beta_out);
-  oqn.download(g.dw.q_norm);
-  okn.download(g.dw.k_norm);
+  gh::check_canaries({&dx_in, &dxo_in, &ddy, &ddyo, &wq, &wk, &wv, &wo, &al, &be, &alo, &beo, &qn, &kn, &odx, &odxo,
+                      &owq, &owk, &owv, &owo, &oal, &obe, &oalo, &obeo, &oqn, &okn, &ws});
+  owq.download_into(g.dw.w_q);
+  owk.download_into(g.dw.w_k);
+  owv.download_into(g.dw.w_v);
+  owo.download_into(g.dw.w_o);
+  oal.download_into(g.dw.alpha);
+  obe.download_into(g.dw.beta);
+  oalo.download_into(g.dw.alpha_out);
+  obeo.download_into(g.dw.beta_out);
+  oqn.download_into(g.dw.q_norm);
+  okn.download_into(g.dw.k_norm);
   size_t qoff = 0, ooff = 0;
   for (const auto& s : shapes) {
     Mat<BF> a(s.T, dm), c(s.T_out, dm);
-    if (a.size()) ck(cudaMemcpy(a.data(), odx.at<BF>(qoff * dm), a.size() * es, cudaMemcpyDeviceToHost), "dx");
-    if (c.size()) ck(cudaMemcpy(c.data(), odxo.at<BF>(ooff * dm), c.size() * es, cudaMemcpyDeviceToHost), "dx_out");
+    odx.download_into(a, qoff * dm);
+    odxo.download_into(c, ooff * dm);
     g.dx.push_back(std::move(a));
     g.dx_out.push_back(std::move(c));
     qoff += s.T;
@@ -306,7 +267,7 @@ int orthros_verify_grad_cuda(const std::string& config, int d_model, int seq_len
   const int T = seq_len, Hq = ac.num_q_heads, Hkv = ac.num_kv_heads, D = ac.head_dim;
   const int HD = Hq * D, KD = Hkv * D;
   cudaDeviceProp prop;
-  ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf(
       "orthros verify --grad --device cuda: %s, config %s (H_q=%d H_kv=%d D=%d w=%lld), d_model=%d, T=%d, bf16, "
       "seed %u\n",

@@ -1,7 +1,11 @@
 /// \file gpu_testing.hpp
-/// \brief Helpers of the GPU suites: device buffers, running the CUDA operator on oracle-style
-/// matrices (one sequence or a ragged batch), NaN poisoning, SPEC §6 comparison.
+/// \brief Helpers of the GPU suites on top of the GPU harness (verify/gpu/harness: guarded,
+/// NaN-poisoned device buffers, AttentionCase): skipping without a GPU, running the CUDA
+/// operator on oracle-style matrices (one sequence or a ragged batch), SPEC §6 comparison.
 #pragma once
+
+#include "attention_case.hpp"
+#include "device_buffer.hpp"
 
 #include "orthros/attention.hpp"
 #include "orthros/check.hpp"
@@ -33,35 +37,8 @@ inline std::string no_gpu_reason() {
     if (!_why.empty()) GTEST_SKIP() << "GPU test skipped: " << _why;   \
   } while (0)
 
-inline void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-/// Owning device allocation (bytes), filled with 0xFF (NaN in f32/f16/bf16) on creation.
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t n = 0) : bytes(n) {
-    if (n) {
-      ck(cudaMalloc(&p, n), "cudaMalloc");
-      poison();
-    }
-  }
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  void poison() {
-    if (bytes) ck(cudaMemset(p, 0xFF, bytes), "cudaMemset(poison)");
-  }
-  void upload(const void* src, size_t n, size_t offset = 0) {
-    ck(cudaMemcpy(static_cast<char*>(p) + offset, src, n, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  void download(void* dst, size_t n, size_t offset = 0) const {
-    ck(cudaMemcpy(dst, static_cast<const char*>(p) + offset, n, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  }
-};
+using gpu_harness::check_cuda;
+using gpu_harness::DeviceBuffer;
 
 template <typename S>
 constexpr cuda::DType dtype_of() {
@@ -95,67 +72,27 @@ inline cuda::KernelPath test_kernel_path() {
   throw std::runtime_error("ORTHROS_TEST_KERNEL must be generic, hopper or automatic (got '" + v + "')");
 }
 
-/// Runs attention_forward on a ragged batch (each sequence's cache holds its own k/v rows; the
-/// capacity has `slack` extra rows poisoned with NaN, which the kernels must never read).
-/// Every output buffer is poisoned with NaN before the launch.
+/// Runs attention_forward on a ragged batch through an AttentionCase (each sequence's cache
+/// holds its own k/v rows; the capacity has `slack` extra rows poisoned with NaN, which the
+/// kernels must never read). The outputs are NaN-poisoned before the launch and every buffer's
+/// canaries are checked after it.
 template <typename S>
 std::vector<SeqOut<S>> run_gpu(const std::vector<SeqIn<S>>& seqs, const AttentionDims& dims, cuda::AttentionConfig cfg,
                                Eigen::Index slack = 37) {
   if (cfg.kernel == cuda::KernelPath::automatic) cfg.kernel = test_kernel_path();
-  cfg.dtype = dtype_of<S>();
-  cfg.num_q_heads = dims.num_q_heads;
-  cfg.num_kv_heads = dims.num_kv_heads;
-  cfg.head_dim = dims.head_dim;
-  const int Hq = dims.num_q_heads, Hkv = dims.num_kv_heads, D = dims.head_dim;
-  cuda::BatchLayout lay;
-  Eigen::Index cap = 0, tq = 0, to = 0;
-  for (auto& s : seqs) {
-    lay.q_lens.push_back(static_cast<int>(s.q.rows()));
-    lay.out_lens.push_back(static_cast<int>(s.q_out.rows()));
-    lay.cache_lens.push_back(s.k.rows());
-    cap = std::max(cap, s.k.rows());
-    tq += s.q.rows();
-    to += s.q_out.rows();
-  }
-  cap += slack;
-  const size_t es = sizeof(S);
-  DevBuf q(std::max<size_t>(1, tq * Hq * D * es)), qo(std::max<size_t>(1, to * Hq * D * es));
-  DevBuf k(seqs.size() * cap * Hkv * D * es), v(seqs.size() * cap * Hkv * D * es);
-  DevBuf o(std::max<size_t>(1, tq * Hq * D * es)), oo(std::max<size_t>(1, to * Hq * D * es));
-  DevBuf lse(std::max<size_t>(1, tq * Hq * 4)), lseo(std::max<size_t>(1, to * Hq * 4));
-  size_t qoff = 0, ooff = 0;
-  for (size_t b = 0; b < seqs.size(); ++b) {
-    const auto& s = seqs[b];
-    q.upload(s.q.data(), s.q.size() * es, qoff);
-    if (s.q_out.size()) qo.upload(s.q_out.data(), s.q_out.size() * es, ooff);
-    k.upload(s.k.data(), s.k.size() * es, b * cap * Hkv * D * es);
-    v.upload(s.v.data(), s.v.size() * es, b * cap * Hkv * D * es);
-    qoff += s.q.size() * es;
-    ooff += s.q_out.size() * es;
-  }
-  cuda::AttentionBuffers buf;
-  buf.q = q.p;
-  buf.q_out = to ? qo.p : nullptr;
-  buf.k_cache = k.p;
-  buf.v_cache = v.p;
-  buf.capacity = cap;
-  buf.o = o.p;
-  buf.o_out = to ? oo.p : nullptr;
-  buf.lse = static_cast<float*>(lse.p);
-  buf.lse_out = to ? static_cast<float*>(lseo.p) : nullptr;
+  gpu_harness::CaseShape shape{dims.num_q_heads, dims.num_kv_heads, dims.head_dim, cfg.window, int(sizeof(S)), {}};
+  for (const auto& s : seqs) shape.seqs.push_back({s.q.rows(), s.k.rows() - s.q.rows(), s.q_out.rows()});
+  gpu_harness::AttentionCase c(shape, dtype_of<S>(), false, slack);
+  for (size_t b = 0; b < seqs.size(); ++b) c.upload_sequence(int(b), seqs[b].q, seqs[b].k, seqs[b].v, seqs[b].q_out);
+  cfg = c.config(cfg);
   // Calls alternate in pairs between a caller workspace (attention_workspace_bytes, NaN-poisoned:
   // the split-KV states must be written before merge_kernel reads them) and the library's internal
   // one, so tests that run two kernel paths per case (HopperMatchesGeneric) see both on both.
   static int calls = 0;
-  const size_t ws_bytes = ((calls++ >> 1) % 2 == 0) ? cuda::attention_workspace_bytes(cfg, lay) : 0;
-  DevBuf ws(ws_bytes);
-  buf.workspace = ws.p;
-  buf.workspace_bytes = ws_bytes;
-  cuda::attention_forward(cfg, lay, buf, nullptr);
-  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_forward");
+  c.set_workspace(((calls++ >> 1) % 2 == 0) ? cuda::attention_workspace_bytes(cfg, c.layout()) : 0);
+  c.forward(cfg);
+  const int Hq = dims.num_q_heads, D = dims.head_dim;
   std::vector<SeqOut<S>> out(seqs.size());
-  qoff = ooff = 0;
-  size_t loff = 0, lootf = 0;
   for (size_t b = 0; b < seqs.size(); ++b) {
     const auto& s = seqs[b];
     auto& r = out[b];
@@ -163,14 +100,10 @@ std::vector<SeqOut<S>> run_gpu(const std::vector<SeqIn<S>>& seqs, const Attentio
     r.o_out.resize(s.q_out.rows(), Hq * D);
     r.lse.resize(s.q.rows(), Hq);
     r.lse_out.resize(s.q_out.rows(), Hq);
-    o.download(r.o.data(), r.o.size() * es, qoff);
-    if (r.o_out.size()) oo.download(r.o_out.data(), r.o_out.size() * es, ooff);
-    lse.download(r.lse.data(), r.lse.size() * 4, loff);
-    if (r.lse_out.size()) lseo.download(r.lse_out.data(), r.lse_out.size() * 4, lootf);
-    qoff += r.o.size() * es;
-    ooff += r.o_out.size() * es;
-    loff += r.lse.size() * 4;
-    lootf += r.lse_out.size() * 4;
+    gpu_harness::AttentionCase::download_rows(c.o, r.o, c.q_row(int(b)));
+    gpu_harness::AttentionCase::download_rows(c.o_out, r.o_out, c.out_row(int(b)));
+    gpu_harness::AttentionCase::download_rows(c.lse, r.lse, c.q_row(int(b)));
+    gpu_harness::AttentionCase::download_rows(c.lse_out, r.lse_out, c.out_row(int(b)));
   }
   return out;
 }

@@ -57,11 +57,11 @@ AttentionWeights<S> random_layer_weights(int Hq, int Hkv, int D, std::int64_t d_
   return w;
 }
 
+/// A guarded device copy of host matrix or vector `m` (elements of S), named for canary errors.
 template <typename S, typename M>
-std::unique_ptr<DevBuf> to_dev(const M& m) {
-  auto b = std::make_unique<DevBuf>(std::max<size_t>(1, size_t(m.size()) * sizeof(S)));
-  if (m.size()) b->upload(m.data(), size_t(m.size()) * sizeof(S));
-  return b;
+std::unique_ptr<DeviceBuffer> to_dev(const std::string& name, const M& m) {
+  static_assert(sizeof(typename M::Scalar) == sizeof(S), "to_dev: element size mismatch");
+  return std::make_unique<DeviceBuffer>(DeviceBuffer::of(name, m));
 }
 
 struct Cublas {

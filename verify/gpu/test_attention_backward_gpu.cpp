@@ -49,139 +49,55 @@ BwdSeq<S> make_seq(Rng& rng, const AttentionDims& d, Eigen::Index T, Eigen::Inde
   return s;
 }
 
-void cuda_ok(cudaError_t e, const char* what) { ck(e, what); }
-
-/// Device state of one ragged batch: inputs uploaded once, the GPU forward run once (o, lse),
-/// then run() poisons the gradient buffers with NaN and calls attention_backward.
+/// Device state of one ragged batch (an AttentionCase with the backward's buffers): inputs
+/// uploaded once, the GPU forward run once (o, lse), then run() poisons the gradient buffers with
+/// NaN, calls attention_backward and checks every buffer's canaries.
 template <typename S>
 class BwdRunner {
  public:
   BwdRunner(const std::vector<BwdSeq<S>>& seqs, const AttentionDims& dims, cuda::AttentionConfig cfg,
             Eigen::Index slack = 19)
-      : seqs_(seqs), dims_(dims), cfg_(cfg) {
-    cfg_.dtype = dtype_of<S>();
-    cfg_.num_q_heads = dims.num_q_heads;
-    cfg_.num_kv_heads = dims.num_kv_heads;
-    cfg_.head_dim = dims.head_dim;
-    Hq_ = dims.num_q_heads;
-    Hkv_ = dims.num_kv_heads;
-    D_ = dims.head_dim;
-    for (auto& s : seqs) {
-      lay_.q_lens.push_back(static_cast<int>(s.in.q.rows()));
-      lay_.out_lens.push_back(static_cast<int>(s.in.q_out.rows()));
-      lay_.cache_lens.push_back(s.in.k.rows());
-      cap_ = std::max(cap_, s.in.k.rows());
-      tq_ += s.in.q.rows();
-      to_ += s.in.q_out.rows();
-    }
-    cap_ += slack;
-    const size_t es = sizeof(S), B = seqs.size();
-    auto mk = [](size_t n) { return std::make_unique<DevBuf>(std::max<size_t>(16, n)); };
-    q_ = mk(tq_ * Hq_ * D_ * es);
-    qo_ = mk(to_ * Hq_ * D_ * es);
-    k_ = mk(B * cap_ * Hkv_ * D_ * es);
-    v_ = mk(B * cap_ * Hkv_ * D_ * es);
-    o_ = mk(tq_ * Hq_ * D_ * es);
-    oo_ = mk(to_ * Hq_ * D_ * es);
-    lse_ = mk(tq_ * Hq_ * 4);
-    lseo_ = mk(to_ * Hq_ * 4);
-    do_ = mk(tq_ * Hq_ * D_ * es);
-    doo_ = mk(to_ * Hq_ * D_ * es);
-    dq_ = mk(tq_ * Hq_ * D_ * es);
-    dqo_ = mk(to_ * Hq_ * D_ * es);
-    dk_ = mk(tq_ * Hkv_ * D_ * es);
-    dv_ = mk(tq_ * Hkv_ * D_ * es);
-    size_t qoff = 0, ooff = 0;
-    for (size_t b = 0; b < B; ++b) {
+      : seqs_(seqs), case_(shape_of(seqs, dims, cfg.window), dtype_of<S>(), true, slack), cfg_(case_.config(cfg)) {
+    for (size_t b = 0; b < seqs.size(); ++b) {
       const auto& s = seqs[b];
-      q_->upload(s.in.q.data(), s.in.q.size() * es, qoff);
-      do_->upload(s.dout.data(), s.dout.size() * es, qoff);
-      if (s.in.q_out.size()) {
-        qo_->upload(s.in.q_out.data(), s.in.q_out.size() * es, ooff);
-        doo_->upload(s.dout_out.data(), s.dout_out.size() * es, ooff);
-      }
-      k_->upload(s.in.k.data(), s.in.k.size() * es, b * cap_ * Hkv_ * D_ * es);
-      v_->upload(s.in.v.data(), s.in.v.size() * es, b * cap_ * Hkv_ * D_ * es);
-      qoff += s.in.q.size() * es;
-      ooff += s.in.q_out.size() * es;
+      case_.upload_sequence(int(b), s.in.q, s.in.k, s.in.v, s.in.q_out);
+      case_.upload_upstream(int(b), s.dout, s.dout_out);
     }
-    cuda::AttentionBuffers fb;
-    fb.q = q_->p;
-    fb.q_out = to_ ? qo_->p : nullptr;
-    fb.k_cache = k_->p;
-    fb.v_cache = v_->p;
-    fb.capacity = cap_;
-    fb.o = o_->p;
-    fb.o_out = to_ ? oo_->p : nullptr;
-    fb.lse = static_cast<float*>(lse_->p);
-    fb.lse_out = to_ ? static_cast<float*>(lseo_->p) : nullptr;
-    cuda::attention_forward(cfg_, lay_, fb, nullptr);
-    cuda_ok(cudaGetLastError(), "attention_forward launch");
-    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_forward");
+    case_.forward(cfg_);
   }
 
   /// Poisons dq, dq_out, dk, dv with NaN, runs the backward, returns the per-sequence gradients.
   std::vector<BwdOut<S>> run(bool with_workspace = false) {
-    dq_->poison();
-    dqo_->poison();
-    dk_->poison();
-    dv_->poison();
-    cuda::AttentionBackwardBuffers bb;
-    bb.q = q_->p;
-    bb.q_out = to_ ? qo_->p : nullptr;
-    bb.k_cache = k_->p;
-    bb.v_cache = v_->p;
-    bb.capacity = cap_;
-    bb.o = o_->p;
-    bb.o_out = to_ ? oo_->p : nullptr;
-    bb.lse = static_cast<const float*>(lse_->p);
-    bb.lse_out = to_ ? static_cast<const float*>(lseo_->p) : nullptr;
-    bb.d_o = do_->p;
-    bb.d_o_out = to_ ? doo_->p : nullptr;
-    bb.dq = dq_->p;
-    bb.dq_out = to_ ? dqo_->p : nullptr;
-    bb.dk = dk_->p;
-    bb.dv = dv_->p;
-    std::unique_ptr<DevBuf> ws;
-    if (with_workspace) {
-      const size_t n = cuda::attention_backward_workspace_bytes(cfg_, lay_);
-      ws = std::make_unique<DevBuf>(std::max<size_t>(16, n));
-      bb.workspace = ws->p;
-      bb.workspace_bytes = n;
-    }
-    cuda::attention_backward(cfg_, lay_, bb, nullptr);
-    cuda_ok(cudaGetLastError(), "attention_backward launch");
-    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_backward");
-    const size_t es = sizeof(S);
+    case_.set_backward_workspace(with_workspace ? cuda::attention_backward_workspace_bytes(cfg_, case_.layout()) : 0);
+    case_.backward(cfg_);
+    const int Hq = case_.shape().num_q_heads, Hkv = case_.shape().num_kv_heads, D = case_.shape().head_dim;
     std::vector<BwdOut<S>> out(seqs_.size());
-    size_t qoff = 0, ooff = 0, koff = 0;
     for (size_t b = 0; b < seqs_.size(); ++b) {
       const auto& s = seqs_[b];
       auto& r = out[b];
       const Eigen::Index T = s.in.q.rows(), To = s.in.q_out.rows();
-      r.dq.resize(T, Hq_ * D_);
-      r.dq_out.resize(To, Hq_ * D_);
-      r.dk.resize(T, Hkv_ * D_);
-      r.dv.resize(T, Hkv_ * D_);
-      dq_->download(r.dq.data(), r.dq.size() * es, qoff);
-      if (To) dqo_->download(r.dq_out.data(), r.dq_out.size() * es, ooff);
-      dk_->download(r.dk.data(), r.dk.size() * es, koff);
-      dv_->download(r.dv.data(), r.dv.size() * es, koff);
-      qoff += r.dq.size() * es;
-      ooff += r.dq_out.size() * es;
-      koff += r.dk.size() * es;
+      r.dq.resize(T, Hq * D);
+      r.dq_out.resize(To, Hq * D);
+      r.dk.resize(T, Hkv * D);
+      r.dv.resize(T, Hkv * D);
+      gpu_harness::AttentionCase::download_rows(case_.dq, r.dq, case_.q_row(int(b)));
+      gpu_harness::AttentionCase::download_rows(case_.dq_out, r.dq_out, case_.out_row(int(b)));
+      gpu_harness::AttentionCase::download_rows(case_.dk, r.dk, case_.q_row(int(b)));
+      gpu_harness::AttentionCase::download_rows(case_.dv, r.dv, case_.q_row(int(b)));
     }
     return out;
   }
 
  private:
+  static gpu_harness::CaseShape shape_of(const std::vector<BwdSeq<S>>& seqs, const AttentionDims& d,
+                                         std::int64_t window) {
+    gpu_harness::CaseShape c{d.num_q_heads, d.num_kv_heads, d.head_dim, window, int(sizeof(S)), {}};
+    for (const auto& s : seqs) c.seqs.push_back({s.in.q.rows(), s.in.k.rows() - s.in.q.rows(), s.in.q_out.rows()});
+    return c;
+  }
   std::vector<BwdSeq<S>> seqs_;
-  AttentionDims dims_;
+  gpu_harness::AttentionCase case_;
   cuda::AttentionConfig cfg_;
-  cuda::BatchLayout lay_;
-  int Hq_ = 0, Hkv_ = 0, D_ = 0;
-  Eigen::Index cap_ = 0, tq_ = 0, to_ = 0;
-  std::unique_ptr<DevBuf> q_, qo_, k_, v_, o_, oo_, lse_, lseo_, do_, doo_, dq_, dqo_, dk_, dv_;
 };
 
 /// SPEC §6 (both criteria) for the four gradients of one sequence; "" when all pass.

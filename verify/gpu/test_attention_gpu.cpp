@@ -325,15 +325,16 @@ void rope_append_case() {
   const auto q = random_mat<S>(T, Hq * D, rng), kn = random_mat<S>(T, Hkv * D, rng),
              vn = random_mat<S>(T, Hkv * D, rng), qo = random_mat<S>(To, Hq * D, rng);
   const size_t es = sizeof(S);
-  DevBuf dq(q.size() * es), dk(kn.size() * es), dv(vn.size() * es), dqo(qo.size() * es);
-  DevBuf kc(cap * Hkv * D * es), vc(cap * Hkv * D * es);
+  DeviceBuffer dq("dq", q.size() * es), dk("dk", kn.size() * es), dv("dv", vn.size() * es), dqo("dqo", qo.size() * es);
+  DeviceBuffer kc("kc", cap * Hkv * D * es), vc("vc", cap * Hkv * D * es);
   dq.upload(q.data(), q.size() * es);
   dk.upload(kn.data(), kn.size() * es);
   dv.upload(vn.data(), vn.size() * es);
   dqo.upload(qo.data(), qo.size() * es);
-  cuda::rope_append_kv(dtype_of<S>(), cuda::BatchLayout::single(T, P, To), Hq, Hkv, D, dk.p, dv.p, kc.p, vc.p, cap,
-                       theta, 0, dq.p, dqo.p);
-  ck(cudaDeviceSynchronize(), "sync");
+  cuda::rope_append_kv(dtype_of<S>(), cuda::BatchLayout::single(T, P, To), Hq, Hkv, D, dk.data(), dv.data(), kc.data(),
+                       vc.data(), cap, theta, 0, dq.data(), dqo.data());
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  gpu_harness::check_canaries({&dq, &dk, &dv, &dqo, &kc, &vc});
   Mat<S> kc_h(cap, Hkv * D), vc_h(cap, Hkv * D), q_h(T, Hq * D), qo_h(To, Hq * D);
   kc.download(kc_h.data(), kc_h.size() * es);
   vc.download(vc_h.data(), vc_h.size() * es);
@@ -385,11 +386,12 @@ void apply_rope_case() {
   std::uniform_int_distribution<std::int64_t> pd(0, 200000);
   for (auto& p : pos) p = pd(rng);
   const size_t es = sizeof(S);
-  DevBuf dx(x.size() * es), dp(N * sizeof(std::int64_t));
+  DeviceBuffer dx("dx", x.size() * es), dp("dp", N * sizeof(std::int64_t));
   dx.upload(x.data(), x.size() * es);
   dp.upload(pos.data(), N * sizeof(std::int64_t));
-  cuda::apply_rope(dtype_of<S>(), dx.p, static_cast<const std::int64_t*>(dp.p), N, H, D, theta);
-  ck(cudaDeviceSynchronize(), "sync");
+  cuda::apply_rope(dtype_of<S>(), dx.data(), static_cast<const std::int64_t*>(dp.data()), N, H, D, theta);
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  gpu_harness::check_canaries({&dx, &dp});
   Mat<S> got(N, H * D);
   dx.download(got.data(), got.size() * es);
   Mat<S> ref = x;
@@ -463,10 +465,13 @@ TEST(GpuAttention, RaggedBatchOver48Sequences) {
   Eigen::Index r = 0;
   for (auto& s : seqs)
     for (Eigen::Index i = 0; i < s.q.rows(); ++i) knew.row(r++) = s.k.row(s.k.rows() - s.q.rows() + i);
-  DevBuf dk(knew.size() * 2), kc(seqs.size() * cap * Hkv * D * 2), vc(seqs.size() * cap * Hkv * D * 2);
+  DeviceBuffer dk("dk", knew.size() * 2), kc("kc", seqs.size() * cap * Hkv * D * 2),
+      vc("vc", seqs.size() * cap * Hkv * D * 2);
   dk.upload(knew.data(), knew.size() * 2);
-  cuda::rope_append_kv(cuda::DType::bf16, lay, 8, Hkv, D, dk.p, dk.p, kc.p, vc.p, cap, 0.0, 0, nullptr, nullptr);
-  ck(cudaDeviceSynchronize(), "sync");
+  cuda::rope_append_kv(cuda::DType::bf16, lay, 8, Hkv, D, dk.data(), dk.data(), kc.data(), vc.data(), cap, 0.0, 0,
+                       nullptr, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  gpu_harness::check_canaries({&dk, &kc, &vc});
   for (size_t b = 0; b < seqs.size(); ++b) {
     const auto& s = seqs[b];
     Mat<Eigen::bfloat16> rows(s.q.rows(), Hkv * D);

@@ -1,4 +1,4 @@
-// GPU suite (ctest label `gpu`) of context parallelism (issue 12, docs/context_parallel.md,
+// GPU suite (ctest label `gpu`) of context parallelism (docs/context_parallel.md,
 // cuda/include/orthros/cuda/context_parallel.hpp): R = 1..8 VIRTUAL ranks on one GPU through the
 // LoopbackTransport, against attention_forward on the whole sequence and the float64 oracle.
 //   - window stream o/lse: bitwise equal to one GPU (fast and deterministic mode, any shards, the
@@ -10,7 +10,8 @@
 //     GPU (normalized path: each rank's partial o is rounded to the dtype by attention_forward);
 //   - decode steps over a sharded cache (append to the last rank, halo kept between steps);
 //   - argument errors (these run without a GPU too).
-// Every device buffer starts NaN-poisoned (DevBuf). Seeds are printed (SCOPED_TRACE).
+// Every device buffer is a guarded, NaN-poisoned DeviceBuffer of the GPU harness; the canaries
+// are checked after every call. Seeds are printed (SCOPED_TRACE).
 #include "gpu_testing.hpp"
 #include "orthros/cuda/context_parallel.hpp"
 #include "orthros_testing.hpp"
@@ -52,12 +53,15 @@ oc::AttentionConfig config_of(const AttentionDims& d, oc::DType t, std::int64_t 
 /// The device buffers of R virtual ranks (NaN-poisoned), with the shards uploaded.
 template <typename S>
 struct Ranks {
-  std::vector<std::unique_ptr<DevBuf>> keep;
+  std::vector<std::unique_ptr<DeviceBuffer>> keep;
   std::vector<oc::CpRankBuffers> b;
   std::vector<oc::CpRows> rows;
-  DevBuf* make(size_t bytes) {
-    keep.push_back(std::make_unique<DevBuf>(std::max<size_t>(bytes, 16)));
+  DeviceBuffer* make(const std::string& name, size_t bytes) {
+    keep.push_back(std::make_unique<DeviceBuffer>(name, bytes));
     return keep.back().get();
+  }
+  void check_canaries() const {
+    for (const auto& d : keep) d->check_canaries();
   }
   /// k/v: the whole sequence [N, H_kv*D]; `extra` rows of room on the last shard (decode).
   Ranks(const oc::AttentionConfig& cfg, const oc::CpLayout& L, const Mat<S>& k, const Mat<S>& v, std::int64_t T,
@@ -73,33 +77,36 @@ struct Ranks {
       x.kv.halo_rows = h.rows;
       x.kv.shard_capacity = L.length[r] + (r == R - 1 ? extra : 0);
       const std::int64_t kv_rows = x.kv.halo_rows + x.kv.shard_capacity;
-      DevBuf* kb = make(kv_rows * kvrow);
-      DevBuf* vb = make(kv_rows * kvrow);
+      DeviceBuffer* kb = make("rank " + std::to_string(r) + " k", kv_rows * kvrow);
+      DeviceBuffer* vb = make("rank " + std::to_string(r) + " v", kv_rows * kvrow);
       kb->upload(k.data() + L.start(r) * k.cols(), L.length[r] * kvrow, h.rows * kvrow);
       vb->upload(v.data() + L.start(r) * v.cols(), L.length[r] * kvrow, h.rows * kvrow);
-      x.kv.k = kb->p;
-      x.kv.v = vb->p;
+      x.kv.k = kb->data();
+      x.kv.v = vb->data();
       rows.push_back(oc::cp_rank_rows(L, r, T));
       const std::int64_t tr = std::max<std::int64_t>(rows.back().count, 1);
-      x.q = make(tr * qrow)->p;
-      x.o = make(tr * qrow)->p;
-      x.lse = static_cast<float*>(make(tr * cfg.num_q_heads * 4)->p);
+      x.q = make("rank " + std::to_string(r) + " q", tr * qrow)->data();
+      x.o = make("rank " + std::to_string(r) + " o", tr * qrow)->data();
+      x.lse = static_cast<float*>(make("rank " + std::to_string(r) + " lse", tr * cfg.num_q_heads * 4)->data());
       const std::int64_t to = std::max<std::int64_t>(T_out, 1);
-      x.q_out = make(to * qrow)->p;
-      x.o_part = make(to * qrow)->p;
-      x.lse_part = static_cast<float*>(make(to * cfg.num_q_heads * 4)->p);
+      x.q_out = make("rank " + std::to_string(r) + " q_out", to * qrow)->data();
+      x.o_part = make("rank " + std::to_string(r) + " o_part", to * qrow)->data();
+      x.lse_part =
+          static_cast<float*>(make("rank " + std::to_string(r) + " lse_part", to * cfg.num_q_heads * 4)->data());
       x.scratch_bytes = oc::cp_scratch_bytes(cfg, to);
-      x.scratch = make(x.scratch_bytes)->p;
+      x.scratch = make("rank " + std::to_string(r) + " scratch", x.scratch_bytes)->data();
       x.states_bytes = oc::cp_states_bytes(cfg, x.kv.shard_capacity);
-      x.states = static_cast<float*>(make(x.states_bytes)->p);
+      x.states = static_cast<float*>(make("rank " + std::to_string(r) + " states", x.states_bytes)->data());
       states_all_bytes += x.states_bytes;
       if (r == R - 1) {
         x.states_all_bytes = states_all_bytes;
-        x.states_all = static_cast<float*>(make(states_all_bytes)->p);
-        x.o_parts = make(R * to * qrow)->p;
-        x.lse_parts = static_cast<float*>(make(R * to * cfg.num_q_heads * 4)->p);
-        x.o_out = make(to * qrow)->p;
-        x.lse_out = static_cast<float*>(make(to * cfg.num_q_heads * 4)->p);
+        x.states_all = static_cast<float*>(make("rank " + std::to_string(r) + " states_all", states_all_bytes)->data());
+        x.o_parts = make("rank " + std::to_string(r) + " o_parts", R * to * qrow)->data();
+        x.lse_parts =
+            static_cast<float*>(make("rank " + std::to_string(r) + " lse_parts", R * to * cfg.num_q_heads * 4)->data());
+        x.o_out = make("rank " + std::to_string(r) + " o_out", to * qrow)->data();
+        x.lse_out =
+            static_cast<float*>(make("rank " + std::to_string(r) + " lse_out", to * cfg.num_q_heads * 4)->data());
       }
     }
   }
@@ -116,18 +123,20 @@ SeqOut<S> run_cp(const SeqIn<S>& in, const AttentionDims& d, const oc::Attention
   const size_t es = sizeof(S), qrow = size_t(Hq) * D * es;
   for (int r = 0; r < L.ranks(); ++r)
     if (rk.rows[r].count)
-      ck(cudaMemcpy(const_cast<void*>(rk.b[r].q), in.q.data() + (rk.rows[r].first - P) * in.q.cols(),
-                    rk.rows[r].count * qrow, cudaMemcpyHostToDevice),
-         "upload q");
-  if (T_out) ck(cudaMemcpy(rk.b.back().q_out, in.q_out.data(), T_out * qrow, cudaMemcpyHostToDevice), "upload q_out");
+      check_cuda(cudaMemcpy(const_cast<void*>(rk.b[r].q), in.q.data() + (rk.rows[r].first - P) * in.q.cols(),
+                            rk.rows[r].count * qrow, cudaMemcpyHostToDevice),
+                 "upload q");
+  if (T_out)
+    check_cuda(cudaMemcpy(rk.b.back().q_out, in.q_out.data(), T_out * qrow, cudaMemcpyHostToDevice), "upload q_out");
   oc::LoopbackTransport tr(L.ranks());
   cudaStream_t s = nullptr, comm = nullptr;
-  ck(cudaStreamCreate(&s), "cudaStreamCreate");
-  if (two_streams) ck(cudaStreamCreate(&comm), "cudaStreamCreate");
+  check_cuda(cudaStreamCreate(&s), "cudaStreamCreate");
+  if (two_streams) check_cuda(cudaStreamCreate(&comm), "cudaStreamCreate");
   oc::CpOptions opt;
   opt.comm_stream = comm;
   oc::cp_attention(cfg, L, T, T_out, tr, rk.b, s, opt);
-  ck(cudaStreamSynchronize(s), "sync after cp_attention");
+  check_cuda(cudaStreamSynchronize(s), "sync after cp_attention");
+  rk.check_canaries();
   if (comm) cudaStreamDestroy(comm);
   cudaStreamDestroy(s);
   SeqOut<S> out;
@@ -138,14 +147,16 @@ SeqOut<S> run_cp(const SeqIn<S>& in, const AttentionDims& d, const oc::Attention
   for (int r = 0; r < L.ranks(); ++r) {
     const auto& rw = rk.rows[r];
     if (!rw.count) continue;
-    ck(cudaMemcpy(out.o.data() + (rw.first - P) * out.o.cols(), rk.b[r].o, rw.count * qrow, cudaMemcpyDeviceToHost),
-       "download o");
-    ck(cudaMemcpy(out.lse.data() + (rw.first - P) * Hq, rk.b[r].lse, rw.count * Hq * 4, cudaMemcpyDeviceToHost),
-       "download lse");
+    check_cuda(
+        cudaMemcpy(out.o.data() + (rw.first - P) * out.o.cols(), rk.b[r].o, rw.count * qrow, cudaMemcpyDeviceToHost),
+        "download o");
+    check_cuda(cudaMemcpy(out.lse.data() + (rw.first - P) * Hq, rk.b[r].lse, rw.count * Hq * 4, cudaMemcpyDeviceToHost),
+               "download lse");
   }
   if (T_out) {
-    ck(cudaMemcpy(out.o_out.data(), rk.b.back().o_out, T_out * qrow, cudaMemcpyDeviceToHost), "download o_out");
-    ck(cudaMemcpy(out.lse_out.data(), rk.b.back().lse_out, T_out * Hq * 4, cudaMemcpyDeviceToHost), "download lse_out");
+    check_cuda(cudaMemcpy(out.o_out.data(), rk.b.back().o_out, T_out * qrow, cudaMemcpyDeviceToHost), "download o_out");
+    check_cuda(cudaMemcpy(out.lse_out.data(), rk.b.back().lse_out, T_out * Hq * 4, cudaMemcpyDeviceToHost),
+               "download lse_out");
   }
   return out;
 }
@@ -285,28 +296,31 @@ void decode_case(const std::vector<std::int64_t>& lens0, std::int64_t w, bool de
   oc::LoopbackTransport tr(R);
   const int Hq = d.num_q_heads, D = d.head_dim;
   const size_t es = sizeof(S), qrow = size_t(Hq) * D * es, kvrow = size_t(d.num_kv_heads) * D * es;
-  DevBuf knew(kvrow), vnew(kvrow);
+  DeviceBuffer knew("knew", kvrow), vnew("vnew", kvrow);
   for (int s = 0; s < steps; ++s) {
     const std::int64_t N = N0 + s + 1;
     auto& last = rk.b.back();
-    ck(cudaMemcpy(const_cast<void*>(last.q), all.q.data() + s * all.q.cols(), qrow, cudaMemcpyHostToDevice), "q");
-    ck(cudaMemcpy(last.q_out, all.q_out.data() + s * all.q_out.cols(), qrow, cudaMemcpyHostToDevice), "q_out");
+    check_cuda(cudaMemcpy(const_cast<void*>(last.q), all.q.data() + s * all.q.cols(), qrow, cudaMemcpyHostToDevice),
+               "q");
+    check_cuda(cudaMemcpy(last.q_out, all.q_out.data() + s * all.q_out.cols(), qrow, cudaMemcpyHostToDevice), "q_out");
     knew.upload(all.k.data() + (N - 1) * all.k.cols(), kvrow);
     vnew.upload(all.v.data() + (N - 1) * all.v.cols(), kvrow);
     oc::CpOptions opt;
     opt.halo_ready = s > 0;  // the last rank's halo does not change while its shard grows
-    oc::cp_decode_step(cfg, L, tr, rk.b, knew.p, vnew.p, nullptr, opt);
-    ck(cudaDeviceSynchronize(), "sync after cp_decode_step");
+    oc::cp_decode_step(cfg, L, tr, rk.b, knew.data(), vnew.data(), nullptr, opt);
+    check_cuda(cudaDeviceSynchronize(), "sync after cp_decode_step");
+    rk.check_canaries();
+    gpu_harness::check_canaries({&knew, &vnew});
     ASSERT_EQ(L.total(), N);
     SeqOut<S> got;
     got.o.resize(1, Hq * D);
     got.o_out.resize(1, Hq * D);
     got.lse.resize(1, Hq);
     got.lse_out.resize(1, Hq);
-    ck(cudaMemcpy(got.o.data(), last.o, qrow, cudaMemcpyDeviceToHost), "o");
-    ck(cudaMemcpy(got.lse.data(), last.lse, Hq * 4, cudaMemcpyDeviceToHost), "lse");
-    ck(cudaMemcpy(got.o_out.data(), last.o_out, qrow, cudaMemcpyDeviceToHost), "o_out");
-    ck(cudaMemcpy(got.lse_out.data(), last.lse_out, Hq * 4, cudaMemcpyDeviceToHost), "lse_out");
+    check_cuda(cudaMemcpy(got.o.data(), last.o, qrow, cudaMemcpyDeviceToHost), "o");
+    check_cuda(cudaMemcpy(got.lse.data(), last.lse, Hq * 4, cudaMemcpyDeviceToHost), "lse");
+    check_cuda(cudaMemcpy(got.o_out.data(), last.o_out, qrow, cudaMemcpyDeviceToHost), "o_out");
+    check_cuda(cudaMemcpy(got.lse_out.data(), last.lse_out, Hq * 4, cudaMemcpyDeviceToHost), "lse_out");
     SeqIn<S> in;
     in.q = all.q.middleRows(s, 1);
     in.q_out = all.q_out.middleRows(s, 1);
@@ -327,9 +341,9 @@ void decode_case(const std::vector<std::int64_t>& lens0, std::int64_t w, bool de
   }
   // The cache stayed sharded and grew on the last rank: its rows are the gathered cache's.
   Mat<S> k_last(L.length.back(), all.k.cols());
-  ck(cudaMemcpy(k_last.data(), static_cast<char*>(rk.b.back().kv.k) + rk.b.back().kv.halo_rows * kvrow,
-                k_last.size() * es, cudaMemcpyDeviceToHost),
-     "download last shard");
+  check_cuda(cudaMemcpy(k_last.data(), static_cast<char*>(rk.b.back().kv.k) + rk.b.back().kv.halo_rows * kvrow,
+                        k_last.size() * es, cudaMemcpyDeviceToHost),
+             "download last shard");
   EXPECT_EQ(bitwise(k_last, Mat<S>(all.k.bottomRows(L.length.back())), "last shard after decode"), "");
 }
 TEST(GpuContextParallel, DecodeOverShardedCache) {

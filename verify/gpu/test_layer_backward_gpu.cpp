@@ -63,36 +63,59 @@ struct GpuRun {
 
   Grads<S> operator()(const Mat<S>& x, const Mat<S>& x_out, const Mat<S>& dy, const Mat<S>& dy_out,
                       cublasHandle_t h) const {
-    auto dwq = to_dev<S>(w.w_q), dwk = to_dev<S>(w.w_k), dwv = to_dev<S>(w.w_v), dwo = to_dev<S>(w.w_o);
-    auto dal = to_dev<S>(w.alpha), dbe = to_dev<S>(w.beta), dalo = to_dev<S>(w.alpha_out),
-         dbeo = to_dev<S>(w.beta_out);
-    auto dqn = to_dev<S>(w.q_norm), dkn = to_dev<S>(w.k_norm);
-    cuda::LayerWeightsDevice gw{dwq->p, dwk->p, dwv->p, dwo->p, dal->p, dbe->p, dalo->p, dbeo->p,
-                                cfg.qk_norm ? dqn->p : nullptr, cfg.qk_norm ? dkn->p : nullptr};
-    auto dx_in = to_dev<S>(x), dxo_in = to_dev<S>(x_out), ddy = to_dev<S>(dy), ddyo = to_dev<S>(dy_out);
+    auto dwq = to_dev<S>("w_q", w.w_q), dwk = to_dev<S>("w_k", w.w_k), dwv = to_dev<S>("w_v", w.w_v),
+         dwo = to_dev<S>("w_o", w.w_o);
+    auto dal = to_dev<S>("alpha", w.alpha), dbe = to_dev<S>("beta", w.beta), dalo = to_dev<S>("alpha_out", w.alpha_out),
+         dbeo = to_dev<S>("beta_out", w.beta_out);
+    auto dqn = to_dev<S>("q_norm", w.q_norm), dkn = to_dev<S>("k_norm", w.k_norm);
+    cuda::LayerWeightsDevice gw{dwq->data(),
+                                dwk->data(),
+                                dwv->data(),
+                                dwo->data(),
+                                dal->data(),
+                                dbe->data(),
+                                dalo->data(),
+                                dbeo->data(),
+                                cfg.qk_norm ? dqn->data() : nullptr,
+                                cfg.qk_norm ? dkn->data() : nullptr};
+    auto dx_in = to_dev<S>("x", x), dxo_in = to_dev<S>("x_out", x_out), ddy = to_dev<S>("dy", dy),
+         ddyo = to_dev<S>("dy_out", dy_out);
     Grads<S> g;
     g.dw = zeros_like(w);
     g.dx.resize(tq, x.cols());
     g.dx_out.resize(to, x.cols());
-    // Outputs NaN-poisoned by DevBuf: anything the call does not write shows up as NaN.
+    // Outputs NaN-poisoned by DeviceBuffer: anything the call does not write shows up as NaN.
     const size_t es = sizeof(S);
-    auto out = [&](const auto& m) { return std::make_unique<DevBuf>(std::max<size_t>(1, size_t(m.size()) * es)); };
-    auto o_dx = out(g.dx), o_dxo = out(g.dx_out), o_wq = out(g.dw.w_q), o_wk = out(g.dw.w_k), o_wv = out(g.dw.w_v),
-         o_wo = out(g.dw.w_o), o_al = out(g.dw.alpha), o_be = out(g.dw.beta), o_alo = out(g.dw.alpha_out),
-         o_beo = out(g.dw.beta_out), o_qn = out(g.dw.q_norm), o_kn = out(g.dw.k_norm);
-    DevBuf ws(std::max<size_t>(256, cuda::attention_layer_backward_workspace_bytes(cfg, lay)));
+    auto out = [&](const char* name, const auto& m) {
+      return std::make_unique<DeviceBuffer>(name, std::max<size_t>(1, size_t(m.size()) * es));
+    };
+    auto o_dx = out("dx", g.dx), o_dxo = out("dx_out", g.dx_out), o_wq = out("dw_q", g.dw.w_q),
+         o_wk = out("dw_k", g.dw.w_k), o_wv = out("dw_v", g.dw.w_v), o_wo = out("dw_o", g.dw.w_o),
+         o_al = out("dalpha", g.dw.alpha), o_be = out("dbeta", g.dw.beta), o_alo = out("dalpha_out", g.dw.alpha_out),
+         o_beo = out("dbeta_out", g.dw.beta_out), o_qn = out("dq_norm", g.dw.q_norm),
+         o_kn = out("dk_norm", g.dw.k_norm);
+    DeviceBuffer ws("ws", std::max<size_t>(256, cuda::attention_layer_backward_workspace_bytes(cfg, lay)));
     cuda::LayerBackwardBuffers b;
-    b.x = dx_in->p;
-    b.x_out = to ? dxo_in->p : nullptr;
-    b.dy = ddy->p;
-    b.dy_out = to ? ddyo->p : nullptr;
-    b.grads = {o_dx->p, to ? o_dxo->p : nullptr, o_wq->p, o_wk->p, o_wv->p, o_wo->p, o_al->p, o_be->p, o_alo->p,
-               o_beo->p, o_qn->p, o_kn->p};
-    b.workspace = ws.p;
-    b.workspace_bytes = ws.bytes;
+    b.x = dx_in->data();
+    b.x_out = to ? dxo_in->data() : nullptr;
+    b.dy = ddy->data();
+    b.dy_out = to ? ddyo->data() : nullptr;
+    b.grads = {o_dx->data(),  to ? o_dxo->data() : nullptr,
+               o_wq->data(),  o_wk->data(),
+               o_wv->data(),  o_wo->data(),
+               o_al->data(),  o_be->data(),
+               o_alo->data(), o_beo->data(),
+               o_qn->data(),  o_kn->data()};
+    b.workspace = ws.data();
+    b.workspace_bytes = ws.bytes();
     cuda::attention_layer_backward(cfg, lay, gw, b, h, nullptr);
-    ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_backward");
-    auto down = [&](const DevBuf& d, auto& m) {
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_backward");
+    gpu_harness::check_canaries({dwq.get(),  dwk.get(),  dwv.get(),  dwo.get(),   dal.get(),   dbe.get(),
+                                 dalo.get(), dbeo.get(), dqn.get(),  dkn.get(),   dx_in.get(), dxo_in.get(),
+                                 ddy.get(),  ddyo.get(), o_dx.get(), o_dxo.get(), o_wq.get(),  o_wk.get(),
+                                 o_wv.get(), o_wo.get(), o_al.get(), o_be.get(),  o_alo.get(), o_beo.get(),
+                                 o_qn.get(), o_kn.get(), &ws});
+    auto down = [&](const DeviceBuffer& d, auto& m) {
       if (m.size()) d.download(m.data(), size_t(m.size()) * es);
     };
     down(*o_dx, g.dx);
@@ -306,15 +329,19 @@ TEST(GpuLayerBackward, NamesMissingBuffers) {
   const auto lay = cuda::BatchLayout::single(4, 0, 1);
   Rng rng(c.seed);
   const auto w = random_layer_weights<float>(c.Hq, c.Hkv, c.D, c.d_model, rng);
-  auto dwq = to_dev<float>(w.w_q), dwk = to_dev<float>(w.w_k), dwv = to_dev<float>(w.w_v), dwo = to_dev<float>(w.w_o);
-  auto dal = to_dev<float>(w.alpha), dqn = to_dev<float>(w.q_norm);
-  const cuda::LayerWeightsDevice gw{dwq->p, dwk->p, dwv->p, dwo->p, dal->p, dal->p, dal->p, dal->p, dqn->p, dqn->p};
-  DevBuf big(1 << 20), ws(std::max<size_t>(256, cuda::attention_layer_backward_workspace_bytes(cfg, lay)));
+  auto dwq = to_dev<float>("w_q", w.w_q), dwk = to_dev<float>("w_k", w.w_k), dwv = to_dev<float>("w_v", w.w_v),
+       dwo = to_dev<float>("w_o", w.w_o);
+  auto dal = to_dev<float>("alpha", w.alpha), dqn = to_dev<float>("q_norm", w.q_norm);
+  const cuda::LayerWeightsDevice gw{dwq->data(), dwk->data(), dwv->data(), dwo->data(), dal->data(),
+                                    dal->data(), dal->data(), dal->data(), dqn->data(), dqn->data()};
+  DeviceBuffer big("big", 1 << 20),
+      ws("ws", std::max<size_t>(256, cuda::attention_layer_backward_workspace_bytes(cfg, lay)));
   cuda::LayerBackwardBuffers b;
-  b.x = b.x_out = b.dy = b.dy_out = big.p;
-  b.grads = {big.p, big.p, big.p, big.p, big.p, big.p, big.p, big.p, big.p, big.p, big.p, big.p};
-  b.workspace = ws.p;
-  b.workspace_bytes = ws.bytes;
+  b.x = b.x_out = b.dy = b.dy_out = big.data();
+  b.grads = {big.data(), big.data(), big.data(), big.data(), big.data(), big.data(),
+             big.data(), big.data(), big.data(), big.data(), big.data(), big.data()};
+  b.workspace = ws.data();
+  b.workspace_bytes = ws.bytes();
   Cublas blas;
   auto expect_error = [&](cuda::LayerWeightsDevice ww, cuda::LayerBackwardBuffers bb, cublasHandle_t h,
                           const char* needle) {

@@ -90,20 +90,22 @@ void run_layer_case(const LayerCase& c) {
 
   const AttentionWeights<S> w = random_weights<S>(c, rng);
   const AttentionWeights<double> wd = cast_weights<double>(w);
-  auto dwq = to_dev<S>(w.w_q), dwk = to_dev<S>(w.w_k), dwv = to_dev<S>(w.w_v), dwo = to_dev<S>(w.w_o);
-  auto dal = to_dev<S>(w.alpha), dbe = to_dev<S>(w.beta), dalo = to_dev<S>(w.alpha_out), dbeo = to_dev<S>(w.beta_out);
-  auto dqn = to_dev<S>(w.q_norm), dkn = to_dev<S>(w.k_norm);
+  auto dwq = to_dev<S>("w_q", w.w_q), dwk = to_dev<S>("w_k", w.w_k), dwv = to_dev<S>("w_v", w.w_v),
+       dwo = to_dev<S>("w_o", w.w_o);
+  auto dal = to_dev<S>("alpha", w.alpha), dbe = to_dev<S>("beta", w.beta), dalo = to_dev<S>("alpha_out", w.alpha_out),
+       dbeo = to_dev<S>("beta_out", w.beta_out);
+  auto dqn = to_dev<S>("q_norm", w.q_norm), dkn = to_dev<S>("k_norm", w.k_norm);
   cuda::LayerWeightsDevice gw;
-  gw.w_q = dwq->p;
-  gw.w_k = dwk->p;
-  gw.w_v = dwv->p;
-  gw.w_o = dwo->p;
-  gw.alpha = dal->p;
-  gw.beta = dbe->p;
-  gw.alpha_out = dalo->p;
-  gw.beta_out = dbeo->p;
-  gw.q_norm = c.qk_norm ? dqn->p : nullptr;  // not needed when qk_norm is off
-  gw.k_norm = c.qk_norm ? dkn->p : nullptr;
+  gw.w_q = dwq->data();
+  gw.w_k = dwk->data();
+  gw.w_v = dwv->data();
+  gw.w_o = dwo->data();
+  gw.alpha = dal->data();
+  gw.beta = dbe->data();
+  gw.alpha_out = dalo->data();
+  gw.beta_out = dbeo->data();
+  gw.q_norm = c.qk_norm ? dqn->data() : nullptr;  // not needed when qk_norm is off
+  gw.k_norm = c.qk_norm ? dkn->data() : nullptr;
 
   // Caches: capacity = all calls' tokens + slack rows that stay NaN (never written, never read).
   std::int64_t cap = 0;
@@ -113,7 +115,7 @@ void run_layer_case(const LayerCase& c) {
     cap = std::max(cap, s);
   }
   cap += 11;
-  DevBuf kc(size_t(B) * cap * dkv * es), vc(size_t(B) * cap * dkv * es);
+  DeviceBuffer kc("kc", size_t(B) * cap * dkv * es), vc("vc", size_t(B) * cap * dkv * es);
   std::vector<KVCache<double>> cache_d(B);
   std::vector<KVCache<S>> cache_s(B);
   for (int b = 0; b < B; ++b) {
@@ -140,22 +142,25 @@ void run_layer_case(const LayerCase& c) {
     }
     const Mat<S> x = random_mat<S>(tq, dm, rng), x_out = random_mat<S>(to, dm, rng);
     // GPU
-    auto dx = to_dev<S>(x), dxo = to_dev<S>(x_out);
-    DevBuf dy(std::max<size_t>(1, size_t(tq) * dm * es)), dyo(std::max<size_t>(1, size_t(to) * dm * es));  // NaN
+    auto dx = to_dev<S>("x", x), dxo = to_dev<S>("x_out", x_out);
+    DeviceBuffer dy("dy", std::max<size_t>(1, size_t(tq) * dm * es)),
+        dyo("dyo", std::max<size_t>(1, size_t(to) * dm * es));  // NaN
     const size_t wsb = cuda::attention_layer_workspace_bytes(gcfg, lay);
-    DevBuf ws(std::max<size_t>(256, wsb));  // NaN-poisoned scratch
+    DeviceBuffer ws("ws", std::max<size_t>(256, wsb));  // NaN-poisoned scratch
     cuda::LayerBuffers gb;
-    gb.x = dx->p;
-    gb.x_out = to ? dxo->p : nullptr;
-    gb.k_cache = kc.p;
-    gb.v_cache = vc.p;
+    gb.x = dx->data();
+    gb.x_out = to ? dxo->data() : nullptr;
+    gb.k_cache = kc.data();
+    gb.v_cache = vc.data();
     gb.capacity = cap;
-    gb.y = dy.p;
-    gb.y_out = to ? dyo.p : nullptr;
-    gb.workspace = ws.p;
-    gb.workspace_bytes = ws.bytes;
+    gb.y = dy.data();
+    gb.y_out = to ? dyo.data() : nullptr;
+    gb.workspace = ws.data();
+    gb.workspace_bytes = ws.bytes();
     cuda::attention_layer_forward(gcfg, lay, gw, gb, blas.h, nullptr);
-    ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_forward");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention_layer_forward");
+    gpu_harness::check_canaries({dwq.get(), dwk.get(), dwv.get(), dwo.get(), dal.get(), dbe.get(), dalo.get(),
+                                 dbeo.get(), dqn.get(), dkn.get(), dx.get(), dxo.get(), &kc, &vc, &dy, &dyo, &ws});
     Mat<S> y(tq, dm), y_out(to, dm);
     dy.download(y.data(), size_t(y.size()) * es);
     if (to) dyo.download(y_out.data(), size_t(y_out.size()) * es);
@@ -228,13 +233,16 @@ TEST(GpuLayer, RestoresCublasHandleState) {
   LayerCase c{2, 1, 16, 32, 4, true, false, {{{3}, {1}}}, 7};
   Cublas blas;
   cudaStream_t s = nullptr;
-  ck(cudaStreamCreate(&s), "cudaStreamCreate");
+  check_cuda(cudaStreamCreate(&s), "cudaStreamCreate");
   ASSERT_EQ(cublasSetMathMode(blas.h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
   Rng rng(c.seed);
   const auto w = random_weights<float>(c, rng);
-  auto dwq = to_dev<float>(w.w_q), dwk = to_dev<float>(w.w_k), dwv = to_dev<float>(w.w_v), dwo = to_dev<float>(w.w_o);
-  auto dal = to_dev<float>(w.alpha), dbe = to_dev<float>(w.beta), dqn = to_dev<float>(w.q_norm);
-  cuda::LayerWeightsDevice gw{dwq->p, dwk->p, dwv->p, dwo->p, dal->p, dbe->p, dal->p, dbe->p, dqn->p, dqn->p};
+  auto dwq = to_dev<float>("w_q", w.w_q), dwk = to_dev<float>("w_k", w.w_k), dwv = to_dev<float>("w_v", w.w_v),
+       dwo = to_dev<float>("w_o", w.w_o);
+  auto dal = to_dev<float>("alpha", w.alpha), dbe = to_dev<float>("beta", w.beta),
+       dqn = to_dev<float>("q_norm", w.q_norm);
+  cuda::LayerWeightsDevice gw{dwq->data(), dwk->data(), dwv->data(), dwo->data(), dal->data(),
+                              dbe->data(), dal->data(), dbe->data(), dqn->data(), dqn->data()};
   cuda::LayerConfig g;
   g.dtype = cuda::DType::f32;
   g.d_model = 32;
@@ -244,12 +252,12 @@ TEST(GpuLayer, RestoresCublasHandleState) {
   g.window = 4;
   const auto lay = cuda::BatchLayout::single(3, 0, 1);
   const auto x = random_mat<float>(3, 32, rng), xo = random_mat<float>(1, 32, rng);
-  auto dx = to_dev<float>(x), dxo = to_dev<float>(xo);
-  DevBuf kc(8 * 16 * 4), vc(8 * 16 * 4), y(3 * 32 * 4), yo(32 * 4),
-      ws(std::max<size_t>(256, cuda::attention_layer_workspace_bytes(g, lay)));
-  cuda::LayerBuffers b{dx->p, dxo->p, kc.p, vc.p, 8, y.p, yo.p, ws.p, ws.bytes};
+  auto dx = to_dev<float>("x", x), dxo = to_dev<float>("xo", xo);
+  DeviceBuffer kc("kc", 8 * 16 * 4), vc("vc", 8 * 16 * 4), y("y", 3 * 32 * 4), yo("yo", 32 * 4),
+      ws("ws", std::max<size_t>(256, cuda::attention_layer_workspace_bytes(g, lay)));
+  cuda::LayerBuffers b{dx->data(), dxo->data(), kc.data(), vc.data(), 8, y.data(), yo.data(), ws.data(), ws.bytes()};
   cuda::attention_layer_forward(g, lay, gw, b, blas.h, s);
-  ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   cudaStream_t got_s = reinterpret_cast<cudaStream_t>(1);
   cublasMath_t got_m = CUBLAS_DEFAULT_MATH;
   ASSERT_EQ(cublasGetStream(blas.h, &got_s), CUBLAS_STATUS_SUCCESS);
@@ -284,7 +292,7 @@ TEST(GpuLayer, RestoresCublasHandleState) {
   b2.capacity = 2;
   expect_error(gw, b2, blas.h, "capacity");
   expect_error(gw, b, nullptr, "cuBLAS handle");
-  ck(cudaStreamDestroy(s), "cudaStreamDestroy");
+  check_cuda(cudaStreamDestroy(s), "cudaStreamDestroy");
 }
 
 // Host-side validation that needs no device (runs everywhere).

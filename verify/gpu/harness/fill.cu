@@ -1,12 +1,12 @@
-// Device-side fill of benchmark inputs: seeded pseudo-random values in [-1, 1) (never zeros),
-// written directly on the GPU so multi-GiB inputs cost milliseconds, not host copies.
+// Seeded device-side fill of benchmark inputs (device_buffer.hpp fill_uniform): values in [-1, 1)
+// written on the GPU, so multi-GiB inputs cost milliseconds instead of host copies.
+#include "device_buffer.hpp"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
-#include "fill.hpp"
 
 namespace {
 
@@ -30,17 +30,20 @@ __global__ void fill_kernel(T* p, std::uint64_t n, std::uint64_t seed) {
 
 }  // namespace
 
-namespace orthros::bench {
+namespace orthros::gpu_harness {
 
-cudaError_t fill_uniform(void* p, std::uint64_t n, int elem_bytes, bool bf16, std::uint64_t seed,
-                         cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
+void fill_uniform(void* p, std::uint64_t n, cuda::DType dtype, std::uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return;
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>(n / threads + 1 < 65536 ? n / threads + 1 : 65536);
-  if (elem_bytes == 4) fill_kernel<float><<<blocks, threads, 0, stream>>>(static_cast<float*>(p), n, seed);
-  else if (bf16) fill_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(static_cast<__nv_bfloat16*>(p), n, seed);
-  else fill_kernel<__half><<<blocks, threads, 0, stream>>>(static_cast<__half*>(p), n, seed);
-  return cudaGetLastError();
+  switch (dtype) {
+    case cuda::DType::f32: fill_kernel<float><<<blocks, threads, 0, stream>>>(static_cast<float*>(p), n, seed); break;
+    case cuda::DType::bf16:
+      fill_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(static_cast<__nv_bfloat16*>(p), n, seed);
+      break;
+    case cuda::DType::f16: fill_kernel<__half><<<blocks, threads, 0, stream>>>(static_cast<__half*>(p), n, seed); break;
+  }
+  check_cuda(cudaGetLastError(), "fill_uniform launch");
 }
 
-}  // namespace orthros::bench
+}  // namespace orthros::gpu_harness
