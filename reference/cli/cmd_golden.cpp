@@ -1,11 +1,11 @@
 // `orthros golden --out DIR [--dtype f64|f32|bf16|f16] [--config tiny|qwen3-8b|llama3.1-8b] [--seed S] [--grad] [--force]`
-// `orthros golden --level layer --out DIR [--dtype ...] [--seed S] [--force]`: the layer suite (issue 11; see
+// `orthros golden --level layer --out DIR [--dtype ...] [--seed S] [--force]`: the layer suite (see
 // run_golden_layer() and layer_suite.hpp); the default `--level op` is the operator suite below:
-// writes the versioned golden suite a port validates against (issue 3; docs/porting.md):
+// writes the versioned golden suite a port validates against (docs/porting.md):
 //   DIR/manifest.json              every case: files, regime, group, shapes, dtype, tolerance
 //   DIR/cases/NAME.safetensors     inputs (SPEC §5): q, k, v, q_out in the suite dtype; window[, scale]
 //   DIR/expected/NAME.safetensors  float64 oracle outputs o, o_out, lse, lse_out + E_X per tensor
-// With --grad (issue 8) every case also holds the upstream gradients do [T,H_q,D] and do_out
+// With --grad every case also holds the upstream gradients do [T,H_q,D] and do_out
 // [T_out,H_q,D] (suite dtype, seeded, never zero) and its expected file the float64 gradients
 // dq, dq_out, dk, dv + E_X per gradient; the manifest says "grad": true, and per case "grad":
 // true or false. Two cases differ from the rest in a --grad suite: `edge_large_logits` stays a
@@ -22,6 +22,7 @@
 #include "command.hpp"
 #include "layer_suite.hpp"
 #include "portkit.hpp"
+#include "seeded_inputs.hpp"
 
 #include "orthros/attention.hpp"
 #include "orthros/case_io.hpp"
@@ -53,22 +54,14 @@ using Index = Eigen::Index;
 /// Version of the suite's contents and layout; bump when a case or the layout changes.
 constexpr int kSuiteVersion = 1;
 
-/// splitmix64: tiny, portable, identical on every platform (unlike std::*_distribution).
-struct SplitMix {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
+/// The suite's engine: splitmix64 (seeded_inputs.hpp), portable and free to seed, one stream per
+/// case; its draws are the project's shared ones (uniform, nonzero: never zero, never tiny).
+struct SplitMix : verify::SplitMix64 {
+  std::uint64_t next() { return (*this)(); }
   /// Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  double uniform() { return verify::unit_uniform(*this); }
   /// Magnitude in [0.05, 1) * amp with a random sign: never zero, never tiny.
-  double nonzero(double amp) {
-    const double m = amp * (0.05 + 0.95 * uniform());
-    return (next() & 1) ? -m : m;
-  }
+  double nonzero(double amp) { return verify::nonzero_uniform(*this, amp); }
 };
 
 /// FNV-1a of a name: a per-case seed offset that does not depend on the case's rank in the suite.
@@ -78,11 +71,7 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-Mat<double> random_mat(Index rows, Index cols, SplitMix& g, double amp) {
-  Mat<double> m(rows, cols);
-  for (Index i = 0; i < m.size(); ++i) m.data()[i] = g.nonzero(amp);
-  return m;
-}
+Mat<double> random_mat(Index rows, Index cols, SplitMix& g, double amp) { return verify::nonzero_mat(rows, cols, g, amp); }
 
 /// A whole sequence of N positions: base queries, keys, values and an output query at every
 /// position. Regime cases are windows of one sequence, so their expected outputs are rows of
@@ -370,7 +359,7 @@ std::pair<std::string, std::string> write_case_files(const fs::path& root, const
 struct Args {
   std::string out, dtype = "f32", config = "tiny", level = "op";
   std::uint64_t seed = 20261013;
-  bool grad = false;   // --grad: upstream gradients in the cases, expected gradients (issue 8)
+  bool grad = false;   // --grad: upstream gradients in the cases, expected gradients
   bool force = false;  // --force: write into a non-empty --out
 };
 
@@ -403,7 +392,7 @@ void require_empty_out(const fs::path& root, bool force) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The layer suite (issue 11; `--level layer`): one call of the Orthros attention layer per case
+// The layer suite (`--level layer`): one call of the Orthros attention layer per case
 // (layer_suite.hpp has the file format, the loader and the expected results).
 
 /// Version of the layer suite's contents and layout; bump when a layer case or the layout changes.

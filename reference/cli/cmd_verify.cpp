@@ -176,6 +176,25 @@ class Verifier {
   std::vector<int> text_;
 };
 
+/// Refuses every option given on the command line that the chosen mode does not use, instead of
+/// running without it: throws orthros::Error naming the option, the value given, the mode and the
+/// options it honours. Options left at their defaults are never refused.
+/// \param sub       the `verify` subcommand after parsing (count() of each option: times given)
+/// \param honoured  long names of the options the mode reads ("--help" always passes)
+/// \param mode      the mode as the message names it, e.g. "--device cuda"
+void reject_unhonoured(const CLI::App& sub, const std::vector<std::string>& honoured, const std::string& mode) {
+  for (const CLI::Option* o : sub.get_options()) {
+    const std::string name = o->get_name();
+    if (o->count() == 0 || name == "--help" || std::find(honoured.begin(), honoured.end(), name) != honoured.end())
+      continue;
+    std::string value, uses;
+    for (const std::string& r : o->results()) value += (value.empty() ? "" : " ") + r;
+    for (const std::string& h : honoured) uses += (uses.empty() ? "" : ", ") + h;
+    throw Error(mode + " does not use " + name + (o->get_expected_min() > 0 ? " (got " + value + ")" : "") +
+                "; it honours only " + uses);
+  }
+}
+
 int print_table(const std::vector<Row>& rows, const VerifyArgs& a, const ModelConfig& c) {
   if (!a.weights.empty())
     std::printf("\northros verify: weights=%s V=%d d_ff=%d rms_eps=%g", a.weights.c_str(), c.vocab_size, c.d_ff,
@@ -228,7 +247,24 @@ const bool registered = add_command(
                    "finite differences, SFT = masked PT bitwise (f64; --seq-len defaults to 32); with --device cuda: the GPU "
                    "backward (operator and layer training step, bf16) against the float64 oracle");
       auto* seq_len_opt = sub.get_option("--seq-len");
-      return [a, seq_len_opt]() -> int {
+      const CLI::App* app = &sub;
+      return [a, seq_len_opt, app]() -> int {
+        // --device cuda runs the kernels on seeded random q, k, v (with --grad: and a layer of
+        // --config's weights at --d-model), not the model on text: checked in every build, so a
+        // build without CUDA names an unused option before it says it has no kernels.
+        if (a->device == "cuda" && a->grad)
+          reject_unhonoured(*app, {"--device", "--grad", "--config", "--d-model", "--seq-len", "--seed"},
+                            "--grad --device cuda (the GPU backward on random q, k, v and one layer's weights)");
+        else if (a->device == "cuda")
+          reject_unhonoured(*app, {"--device", "--config", "--seq-len", "--seed"},
+                            "--device cuda (the GPU operator on random q, k, v of --config's head shapes)");
+        else if (a->grad)
+          reject_unhonoured(*app, {"--device", "--grad", "--config", "--layers", "--d-model", "--seq-len", "--seed",
+                                   "--text", "--dtype"},
+                            "--grad (seeded random weights of --config)");
+        else if (!a->weights.empty())
+          reject_unhonoured(*app, {"--device", "--weights", "--seq-len", "--seed", "--text", "--dtype"},
+                            "--weights (the model file defines the configuration)");
         if (a->grad && a->device == "cuda") {
 #ifdef ORTHROS_HAVE_CUDA
           return orthros_verify_grad_cuda(a->config, a->d_model, a->seq_len, a->seed);
@@ -253,8 +289,6 @@ const bool registered = add_command(
 #endif
         }
         if (!a->weights.empty()) {
-          require(!a->grad && a->device == "cpu", "--weights runs the forward regimes on the CPU oracle only "
-                                                  "(drop --grad / --device cuda)");
           std::vector<int> text = read_tokens(a->text);
           std::fprintf(stderr, "orthros verify: running regimes (%s, T=%d)...\n", a->weights.c_str(), a->seq_len);
           if (a->dtype == "f32") {

@@ -12,6 +12,7 @@
 #include "orthros/check.hpp"
 #include "orthros/configs.hpp"
 #include "orthros/cuda/attention.hpp"
+#include "seeded_inputs.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -120,12 +121,7 @@ int orthros_verify_cuda(const std::string& config, int seq_len, unsigned seed) {
 
   // Seeded random post-projection inputs (never zero), rounded to bf16.
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> mag(0.05, 1.0);
-  auto rnd = [&](int rows, int cols) {
-    Mat<double> m(rows, cols);
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = (rng() & 1 ? -1 : 1) * mag(rng);
-    return Mat<BF>(m.cast<BF>());
-  };
+  auto rnd = [&](int rows, int cols) { return Mat<BF>(orthros::verify::nonzero_mat(rows, cols, rng).cast<BF>()); };
   const Mat<BF> q = rnd(T, HD), k = rnd(T, Hkv * D), v = rnd(T, Hkv * D), qo = rnd(T, HD);
 
   // The float64 oracle (PT: every position) and the oracle at bf16 (for the SPEC §6 bound).

@@ -16,6 +16,7 @@
 #include "orthros/cuda/layer_backward.hpp"
 #include "orthros/layer_backward.hpp"
 #include "orthros/model.hpp"
+#include "seeded_inputs.hpp"
 
 #include <cublas_v2.h>
 
@@ -279,11 +280,8 @@ int orthros_verify_grad_cuda(const std::string& config, int d_model, int seq_len
                                      {"SFT T_out=1", T / 2 + 5, 1},
                                      {"window only T_out=0", T - T / 3, 0}};
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> mag(0.05, 1.0);
   auto rnd = [&](Eigen::Index rows, Eigen::Index cols) {  // never zero, rounded to bf16
-    Mat<double> m(rows, cols);
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = (rng() & 1 ? -1 : 1) * mag(rng);
-    return Mat<BF>(m.cast<BF>());
+    return Mat<BF>(orthros::verify::nonzero_mat(rows, cols, rng).cast<BF>());
   };
   orthros::AttentionOptions opt;
   opt.window = ac.window;

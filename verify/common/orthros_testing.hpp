@@ -3,7 +3,8 @@
 /// bitwise and tolerance comparisons, and an independent long-double transcription of
 /// the Orthros attention operator (SPEC §2) used as a second oracle.
 ///
-/// Randomness: every generator takes an explicit `std::mt19937_64`. Inside rapidcheck
+/// Randomness: every generator takes an explicit `std::mt19937_64` and draws its values with
+/// seeded_inputs.hpp's nonzero_uniform (the golden suite's and the command's draw). Inside rapidcheck
 /// properties draw the seed with `*rc::gen::arbitrary<std::uint64_t>()` so the seed is
 /// part of the printed counterexample; in plain GoogleTest tests put the seed in a
 /// SCOPED_TRACE.
@@ -11,6 +12,7 @@
 
 #include "orthros/attention.hpp"
 #include "orthros/tensor.hpp"
+#include "seeded_inputs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -48,23 +50,16 @@ long double to_ld(const S& x) {
     return static_cast<long double>(static_cast<float>(x));
 }
 
-/// Uniform random value in [-amp, -amp*lo_frac] U [amp*lo_frac, amp]: never zero and never
-/// tiny, so no test silently degenerates to an all-zero input.
-inline double nonzero_uniform(Rng& rng, double amp = 1.0, double lo_frac = 0.05) {
-  std::uniform_real_distribution<double> mag(lo_frac, 1.0);
-  std::bernoulli_distribution neg(0.5);
-  const double x = amp * mag(rng);
-  return neg(rng) ? -x : x;
-}
+/// nonzero_uniform(rng, amp, lo_frac): the project's one draw, |x| in [amp lo_frac, amp) with a
+/// random sign, portable (seeded_inputs.hpp).
+using verify::nonzero_uniform;
 
-/// `rows x cols` matrix of `nonzero_uniform` values, generated in double and rounded once to S
-/// (round to nearest even, orthros::round_matrix). Rows are tokens; `[T, H, D]` is `random_mat<S>(T, H*D, ...)`.
+/// `rows x cols` matrix of `nonzero_uniform` values (verify::nonzero_mat, drawn row by row in
+/// double) rounded once to S (round to nearest even, orthros::round_matrix). Rows are tokens;
+/// `[T, H, D]` is `random_mat<S>(T, H*D, ...)`.
 template <typename S>
 Mat<S> random_mat(Index rows, Index cols, Rng& rng, double amp = 1.0) {
-  Mat<double> m(rows, cols);
-  for (Index r = 0; r < rows; ++r)
-    for (Index c = 0; c < cols; ++c) m(r, c) = nonzero_uniform(rng, amp);
-  return round_matrix<S>(m);  // the project's single double -> S rounding
+  return round_matrix<S>(verify::nonzero_mat(rows, cols, rng, amp));  // the project's single double -> S rounding
 }
 
 /// Widens any scalar matrix to double exactly (bf16/f16/f32 are subsets of f64).

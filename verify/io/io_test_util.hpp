@@ -5,6 +5,7 @@
 
 #include "orthros/safetensors.hpp"
 #include "orthros/tensor.hpp"
+#include "seeded_inputs.hpp"
 
 #include <gtest/gtest.h>
 
@@ -31,16 +32,10 @@ inline std::vector<std::uint8_t> raw_file(const std::string& header, const std::
 /// `n` data bytes with non-zero, non-NaN content (0x3F: positive finite in every dtype).
 inline std::vector<std::uint8_t> filler(std::size_t n) { return std::vector<std::uint8_t>(n, 0x3F); }
 
-/// Seeded random matrix, entries ~ N(0, 1) with |x| >= 1e-3 (never zero).
+/// Seeded random matrix of verify::nonzero_uniform values: |x| in [0.05 mag, mag), random sign
+/// (never zero).
 inline Mat<double> random_mat(std::mt19937_64& rng, Eigen::Index rows, Eigen::Index cols, double mag = 1.0) {
-  std::normal_distribution<double> nd(0.0, 1.0);
-  Mat<double> m(rows, cols);
-  for (Eigen::Index i = 0; i < m.size(); ++i) {
-    double x = nd(rng);
-    if (std::fabs(x) < 1e-3) x = 0.5;
-    m.data()[i] = x * mag;
-  }
-  return m;
+  return verify::nonzero_mat(rows, cols, rng, mag);
 }
 
 /// Runs `f` and returns the orthros::Error message; fails the test if nothing (or another

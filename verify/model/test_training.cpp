@@ -1,6 +1,8 @@
 // Training backward of the layer and the model (layer_backward.hpp, training.hpp): analytic
-// gradients against central finite differences in float64, SFT = masked PT bitwise, the training
-// forward equal to the inference forward bitwise, and the layer's equal-stream special case.
+// gradients against finite differences (Richardson-extrapolated central differences) in float64,
+// SFT = masked PT bitwise, the training forward equal to the inference forward bitwise, and the
+// layer's equal-stream special case.
+#include "finite_difference.hpp"
 #include "orthros_model_rc.hpp"
 
 #include "orthros/regimes.hpp"
@@ -16,33 +18,17 @@ using namespace orthros::testing;
 
 namespace {
 
-// Derivatives by central differences with Richardson extrapolation, step h = 1e-5:
-//   R = (4 D(h) - D(2h)) / 3,  D(s) = (L(x+s) - L(x-s)) / 2s,  so R = L'(x) - h^4/30 L^(5) + ...
-// The plain D(h) (error h^2/6 |L'''|) is not enough here: a q/k RMSNorm over D = 2 near a vector
-// of small RMS r has |L'''| ~ 1/r^3, and a draw (seed 2842518900507580988: H_q = 2, D = 2, qk_norm,
-// T = 2) put D(h) 6.9e-6 off an analytic 5.68 while D(h/2) was 1.7e-6 off and D(2h) 2.8e-5 (the
-// h^2 law; the analytic value was right). With the h^2 term cancelled the truncation is
-// h^4/30 |L^(5)| = 3e-22 |L^(5)| (< 1e-9 unless r < 1e-3), the rounding ~(4 + 1/2)/3 of D's
-// ~1e3 u |L| / h ~ 1e-8 |L| (|L| ~ log V = 3.5, or a sum of O(1) outputs): below 1e-7, and the
-// bound 1e-6 (1 + |g|) keeps that margin while a wrong or missing term is of the order of |g|.
-constexpr double kStep = 1e-5;
+// Derivatives by verify::richardson_derivative (finite_difference.hpp: central differences with
+// one Richardson step, h = 1e-5; the plain central difference is not enough here, a q/k RMSNorm over
+// D = 2 near a vector of small RMS r having |L'''| ~ 1/r^3). Tolerance, from the error terms derived
+// there: truncation <= h^4/18 max|L^(5)| = 5.6e-22 max|L^(5)| (|L^(5)| ~ 1/r^5: < 1e-9 unless r < 4e-3); rounding
+// <= 1.5 eps/h with eps ~ 1e3 u |L| (|L| ~ log V = 3.5, or a sum of O(1) outputs): ~2e-8 |L|, below
+// 1e-7; the bound 1e-6 (1 + |g|) keeps that margin while a wrong or missing term is of the order of |g|.
 bool fd_agrees(double fd, double analytic) { return std::fabs(fd - analytic) <= 1e-6 * (1 + std::fabs(analytic)); }
-/// R above for f(s) = the loss with the coordinate (or the parameters along a direction) moved by s.
-template <typename F>
-double richardson_difference(F&& f) {
-  const double d1 = (f(kStep) - f(-kStep)) / (2 * kStep), d2 = (f(2 * kStep) - f(-2 * kStep)) / (4 * kStep);
-  return (4 * d1 - d2) / 3;
-}
-/// Fails unless the analytic gradient of p[i] agrees with richardson_difference of loss() over p[i].
+/// Fails unless the analytic gradient of p[i] agrees with the Richardson difference of loss() in p[i].
 template <typename Loss>
 void check_coordinate(const std::string& name, double* p, Index i, double analytic, Loss&& loss) {
-  const double x0 = p[i];
-  const double fd = richardson_difference([&](double s) {
-    p[i] = x0 + s;
-    const double l = loss();
-    p[i] = x0;
-    return l;
-  });
+  const double fd = verify::richardson_partial(p[i], loss);
   if (!fd_agrees(fd, analytic))
     RC_FAIL(detail::cat(name, "[", i, "]: analytic ", analytic, " vs finite difference ", fd, " (difference ",
                         fd - analytic, ")"));
@@ -67,7 +53,7 @@ void spread_weights(ModelWeights<double>& w, std::uint64_t seed) {
   });
 }
 
-// Every parameter tensor of the model: analytic gradient vs central differences of the loss on up
+// Every parameter tensor of the model: analytic gradient vs finite differences of the loss on up
 // to 4 coordinates per tensor, PT or SFT, plus the directional derivative along a random
 // direction of ALL parameters at once.
 void model_finite_differences(bool pt) {
@@ -93,7 +79,7 @@ void model_finite_differences(bool pt) {
       for (Index& i : coords) i = Index(seq[size_t(*rc::gen::inRange<Index>(0, T))]) * c.d_model + i % c.d_model;
     for (Index i : coords) check_coordinate(name, p, i, g[i], [&] { return loss(w); });
   });
-  // Directional derivative: (L(θ + h u) - L(θ - h u)) / 2h = g·u for a random u with |u| = 1.
+  // Directional derivative: d/ds L(θ + s u) at s = 0 equals g·u for a random u with |u| = 1.
   Rng rng(dseed);
   std::vector<std::vector<double>> u;
   double norm2 = 0, g_dot_u = 0;
@@ -109,7 +95,7 @@ void model_finite_differences(bool pt) {
       u[t][i] /= std::sqrt(norm2);
       g_dot_u += grads[t].second[i] * u[t][i];
     }
-  const double fd = richardson_difference([&](double s) {
+  const double fd = verify::richardson_derivative([&](double s) {
     ModelWeights<double> ws = w;
     size_t k = 0;
     for_each_parameter(ws, [&](const std::string&, double* p, Index n) {
@@ -203,7 +189,7 @@ LayerCase draw_layer_case(Index T, Index T_out, Index d_model) {
   return lc;
 }
 
-// The layer alone: dx, dx', and every weight's gradient vs central differences of
+// The layer alone: dx, dx', and every weight's gradient vs finite differences of
 // L = Σ dy ⊙ y + Σ dy' ⊙ y'; and the training forward's y, y' equal orthros_attention_layer's.
 void layer_finite_differences() {
   const Index T = *rc::gen::inRange<Index>(1, 7), T_out = *rc::gen::inRange<Index>(0, T + 1);

@@ -1,5 +1,6 @@
 // The backward of the attention operator (attention_backward.hpp): finite differences, the
 // SPEC §4.4 special cases as exact (bitwise) properties, SFT = masked PT, thread invariance.
+#include "finite_difference.hpp"
 #include "orthros_rc.hpp"
 
 #include "orthros/attention_backward.hpp"
@@ -44,12 +45,17 @@ long double scalar_loss(const OpCase& c, const OpInputs<double>& in, const Upstr
   return l;
 }
 
-// Central differences, step h = 1e-5, on every input entry. Tolerance, derived:
-//   truncation  |(L(x+h)-L(x-h))/2h - L'(x)| <= h^2/6 max|L'''| ~ 1.7e-11 max|L'''|
-//   rounding    2 * eps_L / (2h), eps_L ~ (#terms) u |L| <= 1e3 * 1.1e-16 * |L|  ->  ~1e-8 |L|
-// With |q| <= 2, |k|, |v|, |dO| <= 1 and D <= 16, |L'''| and |L| stay below ~1e2, so both terms are
-// below 1e-8; the bound 1e-6 (1 + |g|) keeps a 100x margin, while a missing or wrong term of a
-// gradient is of the order of |g| itself. (Observed: <= 2e-10.)
+// verify::richardson_derivative (finite_difference.hpp, h = 1e-5) on every input entry. Tolerance,
+// from the error terms derived there:
+//   truncation  <= h^4/18 max|L^(5)| = 5.6e-22 max|L^(5)|: negligible, with |q| <= 2, |k|, |v|,
+//               |dO| <= 1 and D <= 16 keeping |L^(5)| below ~1e2.
+//   rounding    <= 1.5 eps_L / h. L is summed in long double, so eps_L is the float64 rounding of the
+//               outputs o that the moved entry reaches (the others are bitwise the same at every step
+//               and cancel): at most (T + T_out) (H_q / H_kv) D <= 14 * 7 * 16 ~ 1.6e3 entries, each
+//               off by ~10 u |o| <= 1.1e-15, |dO| <= 1: eps_L <= 1.8e-12 if every error had the same
+//               sign, ~4e-14 as a random walk; the term is <= 2.6e-7, typically ~7e-9.
+// The bound 1e-6 (1 + |g|) stays above both, while a missing or wrong term of a gradient is of the
+// order of |g| itself.
 void finite_differences() {
   const OpCase c = draw_op_case(7, 5);
   const std::uint64_t up_seed = *rc::gen::arbitrary<std::uint64_t>();
@@ -57,20 +63,14 @@ void finite_differences() {
   OpInputs<double> in = make_inputs<double>(c);
   const Upstream up = make_upstream(c, up_seed);
   const AttentionGrads<double> g = backward(c, in, up);
-  const double h = 1e-5;
   auto check = [&](Mat<double>& x, const Mat<double>& gx, const char* name) {
     RC_ASSERT(gx.rows() == x.rows() && gx.cols() == x.cols());
     for (Index i = 0; i < x.size(); ++i) {
-      const double x0 = x.data()[i];
-      x.data()[i] = x0 + h;
-      const long double lp = scalar_loss(c, in, up);
-      x.data()[i] = x0 - h;
-      const long double lm = scalar_loss(c, in, up);
-      x.data()[i] = x0;
-      const double fd = static_cast<double>((lp - lm) / (2 * h)), an = gx.data()[i];
+      const double fd = verify::richardson_partial(x.data()[i], [&] { return scalar_loss(c, in, up); });
+      const double an = gx.data()[i];
       if (!(std::fabs(fd - an) <= 1e-6 * (1 + std::fabs(an))))
         RC_FAIL(detail::cat(name, " [row ", i / x.cols(), ", col ", i % x.cols(), "]: analytic ", an,
-                            " vs central difference ", fd));
+                            " vs finite difference ", fd));
     }
   };
   check(in.q, g.dq, "dq");
