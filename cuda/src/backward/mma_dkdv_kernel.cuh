@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(128) mma_bwd_dkdv_kernel(const __grid_constant
   const T* kg = static_cast<const T*>(f.k) + sd.kv_base + (size_t)kvh * D;
   const T* vg = static_cast<const T*>(f.v) + sd.kv_base + (size_t)kvh * D;
   const size_t kv_row = (size_t)f.Hkv * D;
-  load_kv_tile<BN, D>(sK, sV, kg, vg, j0, (long long)j1 + 1, kv_row, tid, NW * 32, Swizzle<D>{});
+  load_kv_tile<BN, D>(sK, sV, kg, vg, j0, [&](int n) { return n <= j1; }, kv_row, tid, NW * 32, Swizzle<D>{});
   auto prefetch = [&](int it, int buf) {
     const bool is_out = it >= nb_base;
     const int rb = is_out ? rb_out0 + (it - nb_base) : rb_base0 + it;
@@ -83,8 +83,9 @@ __global__ void __launch_bounds__(128) mma_bwd_dkdv_kernel(const __grid_constant
     const T* dosrc = static_cast<const T*>(is_out ? p.dO_out : p.dO);
     T* q_dst = sQ + buf * BQ * D;
     T* do_dst = sdO + buf * BQ * D;
-    load_q_tile<BQ, D>(f, p.group_div, qoff, kvh, rb * BQ, nrows - 1, tid, NW * 32, Swizzle<D>{},
-                       [&](int dst, size_t off, bool ok) {
+    load_q_tile<BQ, D>(f, GroupFastDiv{p.group_div, group}, qoff, kvh, rb * BQ, nrows - 1, tid, NW * 32, Swizzle<D>{},
+                       [&](int dst, bool ok, const auto& off_of) {
+                         const size_t off = ok ? off_of() : 0;
                          cp_async16(q_dst + dst, qsrc + off, ok);
                          cp_async16(do_dst + dst, dosrc + off, ok);
                        });

@@ -53,15 +53,16 @@ __global__ void __launch_bounds__(128) mma_bwd_dq_kernel(const __grid_constant__
   const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
   const int ntiles = w.te >= w.tb ? w.te - w.tb + 1 : 0;
 
-  load_q_tile<BM, D>(f, PlainDiv{f.group}, qoff, kvh, r0, r1, tid, NW * 32, Swizzle<D>{},
-                     [&](int dst, size_t off, bool ok) {
+  load_q_tile<BM, D>(f, GroupDiv{f.group}, qoff, kvh, r0, r1, tid, NW * 32, Swizzle<D>{},
+                     [&](int dst, bool ok, const auto& off_of) {
+                       const size_t off = ok ? off_of() : 0;
                        cp_async16(sQ + dst, qsrc + off, ok);
                        cp_async16(sdO + dst, dosrc + off, ok);
                      });
   cp_async_commit();
   auto load_kv = [&](int tile, int buf) {
-    load_kv_tile<BN, D>(sK + buf * BN * D, sV + buf * BN * D, kg, vg, (long long)tile * BN, sd.cache_len, kv_row, tid,
-                        NW * 32, Swizzle<D>{});
+    load_kv_tile<BN, D>(sK + buf * BN * D, sV + buf * BN * D, kg, vg, (long long)tile * BN,
+                        [&](long long n) { return n < sd.cache_len; }, kv_row, tid, NW * 32, Swizzle<D>{});
   };
   if (ntiles > 0) load_kv(w.tb, 0);
   cp_async_commit();

@@ -1,11 +1,15 @@
-// Host side of the Orthros attention operator: validation, regime planning, launches.
+// Dispatch of the Orthros attention forward: validation, and the one place (make_plan) that maps
+// a call's regime to its kernel: bf16/f16 with D = 64/128 on an sm_90a device with > 16 rows per
+// sequence run the wgmma kernel (forward/attention_hopper.cu), other bf16/f16 D = 64/128 calls the
+// mma.sync kernel (forward/mma_kernel.cuh), f32 and other head dims the SIMT kernel
+// (forward/simt_kernel.cuh); an output stream split over the KV is merged by
+// forward/split_merge_kernel.cuh. Tile sizes: common/tile_config.cuh.
 #include "forward/attention_hopper.hpp"
 #include "forward/mma_kernel.cuh"
 #include "forward/simt_kernel.cuh"
 #include "forward/split_merge_kernel.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 

@@ -117,12 +117,9 @@ struct ItemScheduler {
     const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     return round * gridDim.x + pos;
   }
-  /// The work of `item` (w.valid false: an empty item of the launch, skipped by all), its KV head
-  /// kvh and sequence z.
-  __device__ __forceinline__ Work work(long long item, int& kvh, int& z) const {
-    int x;
+  /// (x, KV head, sequence) of `item`: its work is make_work_at(x) of sequence z.
+  __device__ __forceinline__ void split(long long item, int& x, int& kvh, int& z) const {
     split_item(hp, item, nitems, gx, x, kvh, z);
-    return make_work_at<BM, BN>(hp.p, hp.p.seq[z], x);
   }
 };
 
@@ -169,10 +166,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     for (long long round = 0;; ++round) {
       const long long item = sched.item_at(round);
       if (item >= nitems) break;
-      int kvh, z;
-      const Work w = sched.work(item, kvh, z);
-      if (!w.valid) continue;
+      int x, kvh, z;
+      sched.split(item, x, kvh, z);
       const SeqDesc& sd = p.seq[z];
+      const Work w = make_work_at<BM, BN>(p, sd, x);
+      if (!w.valid) continue;
       const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
       const int qoff = w.is_out ? sd.out_off : sd.q_off;
       const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
@@ -191,8 +189,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
           mbar_arrive(&q_full[qb]);
         }
       } else {
-        load_q_tile<BM, D>(p, PlainDiv{p.group}, qoff, kvh, r0, r1, lane, 32, Sw128<BM>{},
-                           [&](int dst, size_t off, bool ok) { cp_async16(dq + dst, qsrc + off, ok); });
+        load_q_tile<BM, D>(p, GroupDiv{p.group}, qoff, kvh, r0, r1, lane, 32, Sw128<BM>{},
+                           [&](int dst, bool ok, const auto& off) { cp_async16(dq + dst, ok ? qsrc + off() : qsrc, ok); });
         mbar_arrive_cp_async(&q_full[qb]);
       }
       ++qn;
@@ -217,7 +215,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             mbar_arrive(&full[s]);
           }
         } else {
-          load_kv_tile<BN, D>(dk, dv, kg, vg, (long long)tt * BN, sd.cache_len, kv_row, lane, 32, Sw128<BN>{});
+          load_kv_tile<BN, D>(dk, dv, kg, vg, (long long)tt * BN, [&](long long n) { return n < sd.cache_len; }, kv_row,
+                              lane, 32, Sw128<BN>{});
           mbar_arrive_cp_async(&full[s]);
         }
       }
@@ -245,10 +244,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   for (long long round = 0;; ++round) {
     const long long item = sched.item_at(round);
     if (item >= nitems) break;
-    int kvh, z;
-    const Work w = sched.work(item, kvh, z);
-    if (!w.valid) continue;
+    int x, kvh, z;
+    sched.split(item, x, kvh, z);
     const SeqDesc& sd = p.seq[z];
+    const Work w = make_work_at<BM, BN>(p, sd, x);
+    if (!w.valid) continue;
     const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
     const int gr0 = r0 + wg * kHopperWarpgroupRows, gr1 = min(r1, gr0 + kHopperWarpgroupRows - 1);  // this warpgroup's rows
     const bool gactive = gr0 <= r1;

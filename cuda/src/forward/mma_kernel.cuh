@@ -49,12 +49,12 @@ __global__ void __launch_bounds__(NW * 32) mma_attn_kernel(const __grid_constant
   const int ntiles = w.te >= w.tb ? w.te - w.tb + 1 : 0;
 
   // Q rows of the block (zero-filled past the last row): cp.async group 0.
-  load_q_tile<BM, D>(p, PlainDiv{p.group}, qoff, kvh, r0, r1, tid, NW * 32, Swizzle<D>{},
-                     [&](int dst, size_t off, bool ok) { cp_async16(sQ + dst, qsrc + off, ok); });
+  load_q_tile<BM, D>(p, GroupDiv{p.group}, qoff, kvh, r0, r1, tid, NW * 32, Swizzle<D>{},
+                     [&](int dst, bool ok, const auto& off) { cp_async16(sQ + dst, ok ? qsrc + off() : qsrc, ok); });
   cp_async_commit();
   auto load_kv = [&](int tile, int buf) {
-    load_kv_tile<BN, D>(sK + buf * BN * D, sV + buf * BN * D, kg, vg, (long long)tile * BN, sd.cache_len, kv_row, tid,
-                        NW * 32, Swizzle<D>{});
+    load_kv_tile<BN, D>(sK + buf * BN * D, sV + buf * BN * D, kg, vg, (long long)tile * BN,
+                        [&](long long n) { return n < sd.cache_len; }, kv_row, tid, NW * 32, Swizzle<D>{});
   };
   // Prologue: tiles 0 .. STAGES-2, one group each (empty groups keep the count uniform).
 #pragma unroll
