@@ -13,7 +13,7 @@ namespace orthros::cuda::detail {
 /// Row -> (query token, head within the group) of the GQA rows, by plain integer division (the
 /// forward kernels and the backward dq kernel).
 struct GroupDiv {
-  int group;
+  const int& group;  // the kernel parameter itself (read where used, as the kernels' own expressions)
   __device__ __forceinline__ int token(int r) const { return r / group; }
   __device__ __forceinline__ int head(int r, int) const { return r % group; }
 };

@@ -110,8 +110,8 @@ __device__ __forceinline__ void split_item(const HopperParams& hp, long long ite
 template <int BM, int BN>
 struct ItemScheduler {
   const HopperParams& hp;
-  int gx;
-  long long nitems;
+  const int& gx;  // the kernel's parameters
+  const long long& nitems;
   /// The item of round `round`; the CTA is done when it is >= nitems.
   __device__ __forceinline__ long long item_at(long long round) const {
     const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
