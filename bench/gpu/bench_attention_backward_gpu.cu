@@ -3,12 +3,14 @@
 // sample, canaries checked after every sample. PT (T_out = T) and SFT (T_out = T/4) training
 // steps at T = 8K and 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both
 // modes (the backward has no non-deterministic path, so this measures the cost of
-// `deterministic` = 1.00x), the forward for scale, and the two kernels alone (dq, dkdv). Then the
+// `deterministic` = 1.00x), the forward for scale, and the two kernels alone (dq, dkdv: the
+// internal entries of cuda/src/backward/attention_backward_parts.hpp). Then the
 // attention LAYER at qwen3-8b's d_model = 4096 (PT): attention_layer_forward and
 // attention_layer_backward (the recomputed forward, cuBLAS projection gradients, the operator
 // backward, the RoPE/scale-offset/QK-norm backward and its reductions).
 // FLOPs of the operator rows: CaseShape (case_shape.hpp); of the layer rows: the projection GEMMs.
 // Usage: bench_attention_backward_gpu [--runs N] [--json FILE] [--quick]
+#include "backward/attention_backward_parts.hpp"
 #include "orthros/cuda/attention_backward.hpp"
 #include "orthros/cuda/layer_backward.hpp"
 
@@ -86,11 +88,11 @@ int run(int argc, char** argv) {
       c.deterministic = false;
       if (T_out == T) {
         for (const char* part : {"dq", "dkdv"}) {
-          setenv("ORTHROS_CUDA_BWD_ONLY", part, 1);
-          const double ms = median_ms([&] { orthros::cuda::attention_backward(c, lay, bb, nullptr); }, runs);
+          const auto only = part[1] == 'q' ? orthros::cuda::detail::attention_backward_dq_only
+                                           : orthros::cuda::detail::attention_backward_dkdv_only;
+          const double ms = median_ms([&] { only(c, lay, bb, nullptr); }, runs);
           rows.push_back({tag + "_bwd_only_" + part, shape, ms, 0, 0});
         }
-        unsetenv("ORTHROS_CUDA_BWD_ONLY");
       }
       check_after = nullptr;
     }

@@ -1,5 +1,5 @@
 // RoPE (rotate-half) and KV-cache append kernels, optionally fused (SPEC §2).
-#include "common.cuh"
+#include "common/device.cuh"
 
 #include <algorithm>
 

@@ -1,11 +1,15 @@
-// Host side of the Orthros attention backward (SPEC §9): validation, the pre-pass, the dq and
-// dk/dv launches. Kernels: attention_backward_kernels.cuh.
-#include "attention_backward_kernels.cuh"
+// Dispatch of the Orthros attention backward (SPEC §9): validation, the pre-pass, and the choice of
+// the dq and dk/dv kernels per regime: bf16/f16 with D = 64/128 run the tensor-core kernels
+// (backward/mma_dq_kernel.cuh, backward/mma_dkdv_kernel.cuh), everything else the SIMT kernels
+// (backward/simt_kernels.cuh). The pre-pass is backward/delta_kernel.cuh.
+#include "backward/attention_backward_parts.hpp"
+#include "backward/delta_kernel.cuh"
+#include "backward/mma_dkdv_kernel.cuh"
+#include "backward/mma_dq_kernel.cuh"
+#include "backward/simt_kernels.cuh"
 #include "orthros/cuda/attention_backward.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace orthros::cuda {
 
@@ -34,29 +38,19 @@ void set_smem(Kernel k, int bytes, bool& configured) {
   }
 }
 
-// Benchmarking knob: ORTHROS_CUDA_BWD_ONLY=dq or =dkdv runs only that kernel (after the pre-pass),
-// to time the two kernels apart (bench/gpu/bench_attention_backward_gpu). Unset: both.
-struct Only {
+// Which kernels run after the pre-pass: both (attention_backward) or one half
+// (attention_backward_parts.hpp).
+struct Parts {
   bool dq = true, dkdv = true;
 };
-Only only_from_env() {
-  Only o;
-  if (const char* e = std::getenv("ORTHROS_CUDA_BWD_ONLY")) {
-    o.dq = std::strcmp(e, "dkdv") != 0;
-    o.dkdv = std::strcmp(e, "dq") != 0;
-  }
-  return o;
-}
 
 template <typename T, int D>
-void launch_mma_bwd(const BwdParams& bp, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
-  constexpr int dq_smem = (2 * kBwdDqBM + 2 * 2 * kBwdBN) * D * static_cast<int>(sizeof(T));
-  constexpr int BQ = BwdKvShape<D>::BQ;
-  constexpr int kv_smem = (2 * kBwdBN + 4 * BQ) * D * static_cast<int>(sizeof(T)) + 2 * BQ * 3 * 4;
+void launch_mma_bwd(const BwdParams& bp, const Parts& only, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
+  constexpr int dq_smem = static_cast<int>(sizeof(BwdDqSmem<T, D>));
+  constexpr int kv_smem = static_cast<int>(sizeof(BwdKvSmem<T, D>));
   static bool cfg_dq = false, cfg_kv = false;
   set_smem(mma_bwd_dq_kernel<T, D>, dq_smem, cfg_dq);
   set_smem(mma_bwd_dkdv_kernel<T, D>, kv_smem, cfg_kv);
-  const Only only = only_from_env();
   if (grid_dq.x > 0 && only.dq) {
     mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dq_kernel");
@@ -68,8 +62,8 @@ void launch_mma_bwd(const BwdParams& bp, dim3 grid_dq, dim3 grid_kv, cudaStream_
 }
 
 template <typename T>
-void run_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf, float* ws,
-                  cudaStream_t stream) {
+void run_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf, const Parts& only,
+                  float* ws, cudaStream_t stream) {
   const int group = c.num_q_heads / c.num_kv_heads, D = c.head_dim, Hq = c.num_q_heads;
   const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(D));
   const std::int64_t tq = b.total_q(), to = b.total_out(), rows = tq + to;
@@ -138,11 +132,11 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     const dim3 grid_dq(static_cast<unsigned>(gxq), 1, ns);
     const dim3 grid_kv(static_cast<unsigned>(gxk), 1, ns);
     if (!mma) {
-      if (gx > 0) {
+      if (gx > 0 && only.dq) {
         simt_bwd_dq_kernel<T><<<grid_dq, kSimtBwdWarps * 32, 0, stream>>>(bp);
         ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dq_kernel");
       }
-      if (max_kv_blocks > 0) {
+      if (max_kv_blocks > 0 && only.dkdv) {
         simt_bwd_dkdv_kernel<T><<<grid_kv, kSimtBwdWarps * 32, 0, stream>>>(bp);
         ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dkdv_kernel");
       }
@@ -150,24 +144,17 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     }
     if constexpr (!std::is_same_v<T, float>) {
       if (D == 64)
-        launch_mma_bwd<T, 64>(bp, grid_dq, grid_kv, stream);
+        launch_mma_bwd<T, 64>(bp, only, grid_dq, grid_kv, stream);
       else if (D == 128)
-        launch_mma_bwd<T, 128>(bp, grid_dq, grid_kv, stream);
+        launch_mma_bwd<T, 128>(bp, only, grid_dq, grid_kv, stream);
       else
         require(false, "internal: no tensor-core backward kernel for D = ", D);
     }
   }
 }
 
-}  // namespace
-
-std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch) {
-  validate_backward(cfg, batch);
-  return backward_ws(cfg, batch);
-}
-
-void attention_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf,
-                        cudaStream_t stream) {
+void backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf, const Parts& only,
+              cudaStream_t stream) {
   validate_backward(c, b);
   std::int64_t max_cache = 0;
   for (auto x : b.cache_lens) max_cache = std::max(max_cache, x);
@@ -205,15 +192,37 @@ void attention_backward(const AttentionConfig& c, const BatchLayout& b, const At
   }
   try {
     switch (c.dtype) {
-      case DType::f32: run_backward<float>(c, b, buf, ws, stream); break;
-      case DType::f16: run_backward<__half>(c, b, buf, ws, stream); break;
-      case DType::bf16: run_backward<__nv_bfloat16>(c, b, buf, ws, stream); break;
+      case DType::f32: run_backward<float>(c, b, buf, only, ws, stream); break;
+      case DType::f16: run_backward<__half>(c, b, buf, only, ws, stream); break;
+      case DType::bf16: run_backward<__nv_bfloat16>(c, b, buf, only, ws, stream); break;
     }
   } catch (...) {
     if (owned) cudaFreeAsync(ws, stream);
     throw;
   }
   if (owned) ORTHROS_CUDA_CHECK(cudaFreeAsync(ws, stream));
+}
+
+}  // namespace
+
+std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch) {
+  validate_backward(cfg, batch);
+  return backward_ws(cfg, batch);
+}
+
+void attention_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf,
+                        cudaStream_t stream) {
+  backward(c, b, buf, Parts{}, stream);
+}
+
+void detail::attention_backward_dq_only(const AttentionConfig& c, const BatchLayout& b,
+                                        const AttentionBackwardBuffers& buf, cudaStream_t stream) {
+  backward(c, b, buf, Parts{true, false}, stream);
+}
+
+void detail::attention_backward_dkdv_only(const AttentionConfig& c, const BatchLayout& b,
+                                          const AttentionBackwardBuffers& buf, cudaStream_t stream) {
+  backward(c, b, buf, Parts{false, true}, stream);
 }
 
 }  // namespace orthros::cuda

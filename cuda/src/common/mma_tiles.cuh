@@ -8,7 +8,7 @@
 //   so two C tiles (n 0-7, 8-15) of one 16-row block pack into one A operand (pack_a below).
 #pragma once
 
-#include "common.cuh"
+#include "common/device.cuh"
 
 #include <cstdint>
 

@@ -27,9 +27,12 @@
 // blocks) merges its one chunk into the empty running state in registers (merge_first_chunk);
 // one spanning several chunks keeps the running output in shared memory between merges. Same
 // merge arithmetic as the mma.sync kernel, so the same bits.
-#include "attention_hopper.hpp"
-#include "attention_kernels.cuh"
-#include "hopper_primitives.cuh"
+#include "common/hopper_primitives.cuh"
+#include "common/tile_loaders.cuh"
+#include "forward/attention_hopper.hpp"
+#include "forward/chunk_merge.cuh"
+#include "forward/epilogue.cuh"
+#include "forward/work.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -43,19 +46,16 @@ namespace orthros::cuda::detail {
 
 template <typename T, int D, int NWG, bool DET>
 struct HopperTiles {
-  static constexpr int BM = 64 * NWG, BN = 64, CH = D / 8;
-  // Fast mode: a 4-stage K/V ring and Q double-buffered (the next item's Q loads while this one
-  // runs: window items are only 3-4 tiles long). Deterministic mode: the fp32 running output of
-  // every row takes the room of the second Q buffer and two stages (a global scratch instead,
-  // with the fast mode's ring, measured no faster in prefill and 3.5 % slower in PT 32K).
-  static constexpr int STAGES = DET ? 2 : 4;
-  static constexpr int QBUF = DET ? 1 : 2;
-  // One producer warpgroup (one warp of it loads) + NWG consumer warpgroups. The producer gives
-  // its registers to the consumers (setmaxnreg): 24 + NWG * 160 per thread-slot fits the file.
+  // Sizes and their reasons: common/tile_config.cuh.
+  static constexpr int BM = hopper_block_rows(NWG), BN = kKeyTile, CH = D / 8;
+  static constexpr int STAGES = HopperStages<DET>::STAGES;
+  static constexpr int QBUF = HopperStages<DET>::QBUF;
+  // One producer warpgroup (one warp of it loads) + NWG consumer warpgroups.
   static constexpr int kThreads = (NWG + 1) * 128;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 160;
+  static constexpr int kProducerRegs = kHopperProducerRegs, kConsumerRegs = kHopperConsumerRegs;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * NWG <= 65536, "register file");
-  static constexpr int kTile = 64 * D;  // elements of one [64][D] tile
+  static_assert(kHopperWarpgroupRows == kKeyTile, "a [64][D] tile serves Q rows of a warpgroup and K/V keys");
+  static constexpr int kTile = kKeyTile * D;  // elements of one [64][D] tile
   static constexpr int kBarriers = 2 * STAGES + 2 * QBUF;
   static constexpr int kDetBytes = DET ? NWG * 128 * D / 2 * 4 : 0;  // deterministic running output, fp32
   static constexpr int kSmemBytes =
@@ -70,6 +70,12 @@ struct SmemAcc {
   int stride;
   __device__ float get(int j, int e) const { return p[(j * 4 + e) * stride]; }
   __device__ void set(int j, int e, float v) const { p[(j * 4 + e) * stride] = v; }
+};
+
+/// sw128<ROWS> (common/hopper_primitives.cuh) as a callable, for the tile loaders.
+template <int ROWS>
+struct Sw128 {
+  __device__ __forceinline__ int operator()(int row, int ch) const { return sw128<ROWS>(row, ch); }
 };
 
 /// Kernel parameters: the generic kernels' parameters plus the TMA descriptors.
@@ -96,12 +102,33 @@ __device__ __forceinline__ void split_item(const HopperParams& hp, long long ite
   }
 }
 
+/// The persistent scheduler of hopper_attn_kernel: round `round` of a CTA is work item
+/// round * gridDim.x + pos, in snake order (pos = blockIdx.x on even rounds, gridDim.x - 1 -
+/// blockIdx.x on odd ones), so CTAs that drew long causal blocks in one round draw short ones in
+/// the next. The producer and every consumer warpgroup walk the same rounds through it, so they
+/// agree on the items (and the counts of the rings' barrier phases) without communicating.
+template <int BM, int BN>
+struct ItemScheduler {
+  const HopperParams& hp;
+  const int& gx;  // the kernel's parameters
+  const long long& nitems;
+  /// The item of round `round`; the CTA is done when it is >= nitems.
+  __device__ __forceinline__ long long item_at(long long round) const {
+    const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return round * gridDim.x + pos;
+  }
+  /// (x, KV head, sequence) of `item`: its work is make_work_at(x) of sequence z.
+  __device__ __forceinline__ void split(long long item, int& x, int& kvh, int& z) const {
+    split_item(hp, item, nitems, gx, x, kvh, z);
+  }
+};
+
 template <typename T, int D, int NWG, bool DET>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     hopper_attn_kernel(const __grid_constant__ HopperParams hp, int gx, long long nitems) {
   using C = HopperTiles<T, D, NWG, DET>;
   const KernelParams& p = hp.p;
-  constexpr int BM = C::BM, BN = C::BN, CH = C::CH, STAGES = C::STAGES, QBUF = C::QBUF, NT = BN / 8, DT = D / 8;
+  constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, QBUF = C::QBUF, NT = BN / 8, DT = D / 8;
   constexpr int kChunkTiles = kDeterministicChunk / BN;  // = p.chunk_tiles (make_plan, bn = 64)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* base =
@@ -129,12 +156,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   }
   __syncthreads();
 
-  // Snake order over the items: even rounds left to right, odd rounds right to left, so CTAs
-  // that drew long causal blocks in one round draw short ones in the next.
-  auto item_at = [&](long long round) -> long long {
-    const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    return round * gridDim.x + pos;
-  };
+  const ItemScheduler<BM, BN> sched{hp, gx, nitems};
   const size_t kv_row = (size_t)p.Hkv * D;
   if (warp >= NWG * 4) {
     // ---------------- producer warpgroup: its first warp loads ----------------
@@ -142,10 +164,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     if (warp != NWG * 4) return;
     uint32_t ring = 0, qn = 0;
     for (long long round = 0;; ++round) {
-      const long long item = item_at(round);
+      const long long item = sched.item_at(round);
       if (item >= nitems) break;
       int x, kvh, z;
-      split_item(hp, item, nitems, gx, x, kvh, z);
+      sched.split(item, x, kvh, z);
       const SeqDesc& sd = p.seq[z];
       const Work w = make_work_at<BM, BN>(p, sd, x);
       if (!w.valid) continue;
@@ -154,6 +176,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
       const int qb = qn % QBUF;
       T* dq = sQ + qb * NWG * C::kTile;
+
       mbar_wait(&q_empty[qb], ((qn / QBUF) & 1) ^ 1);
       if (hp.tma_q) {
         if (lane == 0) {
@@ -166,13 +189,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
           mbar_arrive(&q_full[qb]);
         }
       } else {
-        for (int idx = lane; idx < BM * CH; idx += 32) {
-          const int row = idx / CH, ch = idx % CH, r = r0 + row;
-          const bool ok = r <= r1;
-          const T* src =
-              ok ? qsrc + ((size_t)(qoff + r / p.group) * p.Hq + kvh * p.group + r % p.group) * D + ch * 8 : qsrc;
-          cp_async16(dq + sw128<BM>(row, ch), src, ok);
-        }
+        load_q_tile<BM, D>(p, GroupDiv{p.group}, qoff, kvh, r0, r1, lane, 32, Sw128<BM>{},
+                           [&](int dst, bool ok, const auto& off) { cp_async16(dq + dst, ok ? qsrc + off() : qsrc, ok); });
         mbar_arrive_cp_async(&q_full[qb]);
       }
       ++qn;
@@ -197,14 +215,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             mbar_arrive(&full[s]);
           }
         } else {
-          for (int idx = lane; idx < BN * CH; idx += 32) {
-            const int row = idx / CH, ch = idx % CH;
-            const long long n = (long long)tt * BN + row;
-            const bool ok = n < sd.cache_len;
-            const size_t off = ok ? (size_t)n * kv_row + ch * 8 : 0;
-            cp_async16(dk + sw128<64>(row, ch), kg + off, ok);
-            cp_async16(dv + sw128<64>(row, ch), vg + off, ok);
-          }
+          load_kv_tile<BN, D>(dk, dv, kg, vg, (long long)tt * BN, [&](long long n) { return n < sd.cache_len; }, kv_row,
+                              lane, 32, Sw128<BN>{});
           mbar_arrive_cp_async(&full[s]);
         }
       }
@@ -222,23 +234,23 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   // warpgroup order and one warpgroup's softmax overlaps the next one's product. Every warpgroup
   // passes the turn once per tile of every item (computing or not), so the counts match; the last
   // warpgroup hands the first its first turn and the first takes the last one back after the loop.
-  // H200: det prefill 128K 1.90 -> 1.77 ms, PT unchanged; in the fast mode (4 stages, Q double-
-  // buffered) it cost prefill 10 % (warpgroups lose the slack to run ahead into the next item).
+  // The fast mode does without it: with 4 stages and Q double-buffered the warpgroups keep the
+  // slack to run ahead into the next item.
   constexpr bool kRing = DET;
-  constexpr int kTurnBar = 1;
+  constexpr int kTurnBar = kBarTurnRing;
   const int turn_next = kTurnBar + (wg + 1) % NWG;
   if (kRing && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
-    const long long item = item_at(round);
+    const long long item = sched.item_at(round);
     if (item >= nitems) break;
     int x, kvh, z;
-    split_item(hp, item, nitems, gx, x, kvh, z);
+    sched.split(item, x, kvh, z);
     const SeqDesc& sd = p.seq[z];
     const Work w = make_work_at<BM, BN>(p, sd, x);
     if (!w.valid) continue;
     const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
-    const int gr0 = r0 + wg * 64, gr1 = min(r1, gr0 + 63);  // this warpgroup's rows
+    const int gr0 = r0 + wg * kHopperWarpgroupRows, gr1 = min(r1, gr0 + kHopperWarpgroupRows - 1);  // this warpgroup's rows
     const bool gactive = gr0 <= r1;
     const int gtb = gactive ? row_lo(p, w, gr0) / BN : 1, gte = gactive ? row_hi(p, w, gr1) / BN : 0;
     const int wr0 = gr0 + wl * 16;  // this warp's rows

@@ -1,9 +1,15 @@
-// Host side of the Orthros attention operator: validation, regime planning, launches.
-#include "attention_hopper.hpp"
-#include "attention_kernels.cuh"
+// Dispatch of the Orthros attention forward: validation, and the one place (make_plan) that maps
+// a call's regime to its kernel: bf16/f16 with D = 64/128 on an sm_90a device with > 16 rows per
+// sequence run the wgmma kernel (forward/attention_hopper.cu), other bf16/f16 D = 64/128 calls the
+// mma.sync kernel (forward/mma_kernel.cuh), f32 and other head dims the SIMT kernel
+// (forward/simt_kernel.cuh); an output stream split over the KV is merged by
+// forward/split_merge_kernel.cuh. Tile sizes: common/tile_config.cuh.
+#include "forward/attention_hopper.hpp"
+#include "forward/mma_kernel.cuh"
+#include "forward/simt_kernel.cuh"
+#include "forward/split_merge_kernel.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -107,7 +113,6 @@ struct Plan {
   int nsplit;   // output-stream splits
   bool split_chunked;
   int chunk_tiles;
-  bool slide;   // base stream by swa_slide_kernel (fast mode, tensor cores, small windows)
 };
 
 Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
@@ -125,33 +130,22 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
   p.hopper = p.mma && c.kernel != KernelPath::generic && hopper_kernel_available();
   // Launches whose sequences have <= 16 rows (decode) stay on the 1-warp mma.sync kernel under
   // automatic: memory-bound, it keeps more loads in flight (3 small CTAs per SM) than a
-  // 64-row warpgroup tile (H200: decode 0.158 vs 0.169 ms). Both families give the same bits per row.
+  // 64-row warpgroup tile. Both families give the same bits per row.
   if (p.hopper && c.kernel == KernelPath::automatic && std::int64_t(max_tok) * group <= 16) p.hopper = false;
   if (p.hopper) {
-    p.nw = 3;  // consumer warpgroups of 64 rows (attention_hopper.cu)
+    p.nw = kHopperConsumers;  // consumer warpgroups (attention_hopper.cu)
     p.bm = hopper_block_rows(p.nw);
-    p.bn = 64;
+    p.bn = kKeyTile;
   } else if (p.mma) {
-    p.nw = (std::int64_t(max_tok) * group <= 16) ? 1 : 4;
-    p.bm = 16 * p.nw * ((p.nw == 4 && !c.deterministic) ? 2 : 1);  // must match launch_mma_variant
-    p.bn = 64;
+    p.nw = (std::int64_t(max_tok) * group <= 16) ? kMmaDecodeWarps : kMmaWarps;
+    p.bm = 16 * p.nw * ((p.nw == kMmaWarps && !c.deterministic) ? kMmaTilesFast : kMmaTilesDet);  // launch_mma_variant
+    p.bn = kKeyTile;
   } else {
     p.nw = kSimtWarps;
     p.bm = kSimtWarps;
     p.bn = kSimtBN;
   }
   p.chunk_tiles = kDeterministicChunk / p.bn;
-  // Sliding base-stream kernel: two consecutive 64-row blocks must span <= kSlideSlots KV tiles.
-  {
-    const std::int64_t pos_span = (2 * 64 - 1) / group + 2;
-    const std::int64_t keys = std::min<std::int64_t>(c.window, std::int64_t(1) << 32) - 1 + pos_span;
-    const std::int64_t tiles = (keys - 1) / 64 + 2;
-    // Opt-in (ORTHROS_CUDA_SLIDE set): correct (passes verify/gpu) but measured SLOWER on the
-    // H200 than the generic kernel (prefill 32K: 0.80 vs 0.68 ms; 192 KB of shared memory leave
-    // one 4-warp CTA per SM), so the default path does not use it.
-    p.slide = p.mma && !p.hopper && !c.deterministic && p.nw == 4 && tiles <= kSlideSlots &&
-              std::getenv("ORTHROS_CUDA_SLIDE") != nullptr;
-  }
   std::int64_t out_ctas = 0;
   for (int i = 0; i < b.batch(); ++i)
     out_ctas += (std::int64_t(b.out_lens[i]) * group + p.bm - 1) / p.bm * c.num_kv_heads;
@@ -175,7 +169,7 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
     p.nsplit = c.num_splits;
   } else if (want_split) {
     // Enough CTAs for 4 per SM, and splits of at most 16 tiles (1024 keys): many short CTAs keep
-    // more K/V loads in flight than a few long ones (measured on the H200, bench/results/).
+    // more K/V loads in flight than a few long ones (bench/results/).
     const std::int64_t target =
         std::max<std::int64_t>((4 * std::int64_t(sms) + out_ctas - 1) / out_ctas, (max_tiles + 15) / 16);
     p.nsplit = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(target, max_tiles / 4)));
@@ -208,8 +202,7 @@ void* internal_workspace(std::size_t bytes) {
 
 template <typename T, int D, int NW, int MT, int ST, bool DET>
 void launch_mma(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  constexpr int BM = NW * 16 * MT, BN = 64;
-  constexpr int smem = (BM + 2 * ST * BN) * D * static_cast<int>(sizeof(T));
+  constexpr int smem = static_cast<int>(sizeof(MmaFwdSmem<T, D, NW * 16 * MT, ST>));
   static bool configured = false;  // per instantiation; benign race (idempotent)
   if (!configured) {
     ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(mma_attn_kernel<T, D, NW, MT, ST, DET>,
@@ -220,21 +213,21 @@ void launch_mma(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   ORTHROS_CUDA_LAUNCH_CHECK("mma_attn_kernel");
 }
 
-// Tensor-core variants: decode-like launches (<= 16 rows per sequence) use 1 warp with a 2-deep
-// K/V ring (68 KB of shared memory, 3 CTAs per SM; a 3-deep ring at 2 CTAs per SM measured
-// slower); otherwise 4 warps, 2 m tiles per warp in the fast mode, 1 in the deterministic mode
-// (its running chunk state needs the registers). Per-row arithmetic is identical in all of them.
+// Tensor-core variants (common/tile_config.cuh gives the reasons): decode-like launches (<= 16
+// rows per sequence) use kMmaDecodeWarps warps; otherwise kMmaWarps warps with kMmaTilesFast m16
+// tiles per warp in the fast mode, kMmaTilesDet in the deterministic mode. Per-row arithmetic is
+// identical in all of them.
 template <typename T, int D>
 void launch_mma_variant(const Plan& pl, bool det, const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  if (pl.nw == 1) {
+  if (pl.nw == kMmaDecodeWarps) {
     if (det)
-      launch_mma<T, D, 1, 1, 2, true>(kp, grid, stream);
+      launch_mma<T, D, kMmaDecodeWarps, 1, kMmaStages, true>(kp, grid, stream);
     else
-      launch_mma<T, D, 1, 1, 2, false>(kp, grid, stream);
+      launch_mma<T, D, kMmaDecodeWarps, 1, kMmaStages, false>(kp, grid, stream);
   } else if (det) {
-    launch_mma<T, D, 4, 1, 2, true>(kp, grid, stream);
+    launch_mma<T, D, kMmaWarps, kMmaTilesDet, kMmaStages, true>(kp, grid, stream);
   } else {
-    launch_mma<T, D, 4, 2, 2, false>(kp, grid, stream);
+    launch_mma<T, D, kMmaWarps, kMmaTilesFast, kMmaStages, false>(kp, grid, stream);
   }
 }
 
@@ -253,28 +246,6 @@ void launch_main(const Plan& pl, bool det, int D, const KernelParams& kp, dim3 g
     if (D == 128) return launch_mma_variant<T, 128>(pl, det, kp, grid, stream);
   }
   throw Error("internal: no tensor-core kernel for this configuration");
-}
-
-template <typename T, int D>
-void launch_slide_d(const KernelParams& kp, dim3 grid, int bpc, cudaStream_t stream) {
-  constexpr int smem = (2 * 64 + 2 * kSlideSlots * 64) * D * static_cast<int>(sizeof(T));
-  static bool configured = false;  // per instantiation; benign race (idempotent)
-  if (!configured) {
-    ORTHROS_CUDA_CHECK(
-        cudaFuncSetAttribute(swa_slide_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
-  swa_slide_kernel<T, D><<<grid, 128, smem, stream>>>(kp, bpc);
-  ORTHROS_CUDA_LAUNCH_CHECK("swa_slide_kernel");
-}
-
-template <typename T>
-void launch_slide(int D, const KernelParams& kp, dim3 grid, int bpc, cudaStream_t stream) {
-  if constexpr (!std::is_same_v<T, float>) {
-    if (D == 64) return launch_slide_d<T, 64>(kp, grid, bpc, stream);
-    if (D == 128) return launch_slide_d<T, 128>(kp, grid, bpc, stream);
-  }
-  throw Error("internal: no sliding-window kernel for this configuration");
 }
 
 template <typename T>
@@ -322,19 +293,6 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
       max_base_blocks = std::max(max_base_blocks, (d.T * group + pl.bm - 1) / pl.bm);
     }
     kp.max_out_blocks = max_out_blocks;
-    if (pl.slide) {
-      // Base stream: persistent CTAs of `bpc` consecutive 64-row blocks, about one CTA per SM.
-      int max_slide_blocks = 0;
-      for (int j = 0; j < ns; ++j) max_slide_blocks = std::max(max_slide_blocks, (kp.seq[j].T * group + 63) / 64);
-      if (max_slide_blocks > 0) {
-        const std::int64_t sms = device_sm_count(), lanes = std::int64_t(c.num_kv_heads) * ns;
-        std::int64_t bpc = std::max<std::int64_t>(1, (max_slide_blocks * lanes + sms - 1) / sms);
-        while ((max_slide_blocks + bpc - 1) / bpc * lanes > sms && bpc < max_slide_blocks) ++bpc;
-        const unsigned gxs = static_cast<unsigned>((max_slide_blocks + bpc - 1) / bpc);
-        launch_slide<T>(D, kp, dim3(gxs, c.num_kv_heads, ns), static_cast<int>(bpc), stream);
-      }
-      max_base_blocks = 0;  // the generic launch below runs the output stream only
-    }
     const long long gx = static_cast<long long>(max_out_blocks) * pl.nsplit + max_base_blocks;
     if (gx == 0) continue;
     require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");

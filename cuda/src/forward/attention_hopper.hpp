@@ -2,15 +2,16 @@
 // attention.cu (the one dispatch place) decides when to use it.
 #pragma once
 
-#include "common.cuh"
+#include "common/device.cuh"
+#include "common/tile_config.cuh"
 
 namespace orthros::cuda::detail {
 
 /// True when the current device runs sm_90a code (compute capability 9.0: H100, H200, GH200).
 bool hopper_kernel_available();
 
-/// Rows per CTA of the Hopper kernel: 64 per consumer warpgroup (nwg = 3 fast, 2 deterministic).
-constexpr int hopper_block_rows(int nwg) { return 64 * nwg; }
+/// Rows per CTA of the Hopper kernel: kHopperWarpgroupRows per consumer warpgroup.
+constexpr int hopper_block_rows(int nwg) { return kHopperWarpgroupRows * nwg; }
 
 /// Extents of the whole call's tensors (the TMA descriptors cover them; kp.seq may be a subset).
 struct HopperGeometry {

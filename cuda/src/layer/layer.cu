@@ -1,6 +1,6 @@
 // The Orthros attention layer on the GPU (SPEC §2, paper Algorithm 1): cuBLAS projections, the
 // QK RMSNorm + scale-offset kernel, RoPE fused with the KV-cache append, attention_forward.
-#include "layer_stages.cuh"
+#include "layer/layer_stages.cuh"
 
 #include <algorithm>
 #include <climits>

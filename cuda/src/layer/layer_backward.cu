@@ -3,7 +3,7 @@
 // cuBLAS for every projection gradient, attention_backward() for the operator, and two kernels:
 // the per-(row, head) backward of RoPE + scale-offset + QK RMSNorm, and a two-stage fixed-order
 // column sum for the parameter reductions (dα, dβ, the QK-norm gains).
-#include "layer_stages.cuh"
+#include "layer/layer_stages.cuh"
 #include "orthros/cuda/attention_backward.hpp"
 #include "orthros/cuda/layer_backward.hpp"
 

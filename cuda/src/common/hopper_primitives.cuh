@@ -98,9 +98,19 @@ template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
+/// The named-barrier IDs of the kernels (bar.sync / bar.arrive, 16 per CTA). 0 is __syncthreads.
+/// kBarTurnRing + wg (wg < NWG) is the turn of consumer warpgroup wg in the deterministic Hopper
+/// kernel's warpgroup ring (forward/attention_hopper.cu).
+enum NamedBarrier : int {
+  kBarSyncThreads = 0,
+  kBarTurnRing = 1,
+  kBarTurnRingEnd = kBarTurnRing + 4,  // at most 4 consumer warpgroups
+};
+static_assert(kBarTurnRingEnd <= 16, "a CTA has 16 named barriers");
+
 /// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads (a multiple of 32): sync waits
 /// for the barrier's phase to complete, arrive counts this warp's threads without waiting. The
-/// consumer warpgroups pass a turn around a ring with these (attention_hopper.cu).
+/// consumer warpgroups pass a turn around a ring with these (forward/attention_hopper.cu).
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

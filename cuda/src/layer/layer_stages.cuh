@@ -3,7 +3,7 @@
 // to the attention outputs (so the backward recomputes exactly the forward's bits).
 #pragma once
 
-#include "common.cuh"
+#include "common/device.cuh"
 #include "orthros/cuda/layer.hpp"
 
 #include <cublas_v2.h>

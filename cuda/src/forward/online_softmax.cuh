@@ -1,0 +1,109 @@
+// The online softmax of one 16-row block over a KV tile (log2 domain), shared by the mma.sync and
+// the wgmma kernels so their per-row arithmetic is the same source.
+#pragma once
+
+#include "common/device.cuh"
+
+#include <cstdint>
+
+namespace orthros::cuda::detail {
+
+
+/// One 16-row block's step of the online softmax over a KV tile (log2 domain), shared by the
+/// mma.sync and the wgmma kernels so their per-row arithmetic is the same source: scale the scores
+/// s (m16n8 C layout, NT 8-key groups; this thread's rows g and g+8 are h = 0, 1), mask keys
+/// outside [lo[h], hi[h]] (skipped when `full`: every row of the warp sees the whole tile), update
+/// the running max m and sum l and leave P = exp2(s - m) in s; returns in `alpha` the factor the
+/// output accumulator must be scaled by (rescale_rows) before P V is added. `kbase` is the key
+/// index of column 2c of group 0. A tile outside a row's range is an exact no-op on that row's
+/// state (alpha = 1, p = 0).
+template <int NT>
+__device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
+                                                      const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
+                                                      float scale_log2, float (&alpha)[2]) {
+  // Key kbase + j*8 + (e&1) is in [lo, hi] iff its column j*8 + (e&1) (a constant) is in
+  // [lo - kbase, hi - kbase]: the same test, one compare per bound.
+  const int lor[2] = {lo[0] - kbase, lo[1] - kbase}, hir[2] = {hi[0] - kbase, hi[1] - kbase};
+  if (full) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], scale_log2);
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, col = j * 8 + (e & 1);
+        const float v = __fmul_rn(s[j][e], scale_log2);
+        s[j][e] = (col < lor[h] || col > hir[h]) ? kNegInf : v;
+      }
+  }
+  // Row maxima as a pairwise tree (max is exact and order-free: the same value as a running max,
+  // with a dependency depth of log2(2 NT) instead of 2 NT).
+  static_assert((NT & (NT - 1)) == 0, "the pairwise max needs a power-of-two number of 8-key groups");
+  float mx[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float t[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) t[j] = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
+#pragma unroll
+    for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+      for (int j = 0; j < w; ++j) t[j] = fmaxf(t[j], t[j + w]);
+    mx[h] = t[0];
+  }
+  float muse[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float mn = fmaxf(m[h], mx[h]);
+    muse[h] = mn == kNegInf ? 0.f : mn;
+    alpha[h] = fast_exp2(__fsub_rn(m[h], muse[h]));
+    m[h] = mn;
+  }
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = fast_exp2(__fsub_rn(s[j][e], muse[e >> 1]));
+      s[j][e] = pe;
+      rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
+}
+
+/// o[j][e] *= alpha[row of e] (the accumulator layout of online_softmax_scores). Skipped when
+/// every alpha of the warp is exactly 1 (no row's running max moved: most tiles of a long causal
+/// row): x * 1 = x exactly, so the skip changes no bit. Warp-uniform branch (called by all lanes).
+template <int DT>
+__device__ __forceinline__ void rescale_rows(float (&o)[DT][4], const float (&alpha)[2]) {
+  if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
+#pragma unroll
+  for (int j = 0; j < DT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = __fmul_rn(o[j][e], alpha[e >> 1]);
+}
+
+/// online_softmax_scores followed by rescale_rows.
+template <int NT, int DT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&o)[DT][4],
+                                                    const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
+                                                    float scale_log2) {
+  float alpha[2];
+  online_softmax_scores(s, m, l, lo, hi, kbase, full, scale_log2, alpha);
+  rescale_rows(o, alpha);
+}
+
+/// Sum over the 4 threads of a quad (the columns of one accumulator row), fixed order.
+__device__ __forceinline__ float quad_sum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+
+}  // namespace orthros::cuda::detail
