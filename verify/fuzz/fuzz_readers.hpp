@@ -7,8 +7,8 @@
 
 #include "orthros/attention.hpp"
 #include "orthros/case_io.hpp"
+#include "orthros/portkit.hpp"
 #include "orthros/safetensors.hpp"
-#include "portkit.hpp"
 
 #include <cstdint>
 #include <cstdlib>

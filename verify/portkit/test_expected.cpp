@@ -1,8 +1,8 @@
-// Tests of reference/cli/portkit.hpp: the expected results of a case (float64 oracle + E_X per
+// Tests of verify/kit/include/orthros/portkit.hpp: the expected results of a case (float64 oracle + E_X per
 // tensor) as `orthros golden` writes them and `orthros check` reads them, including the case where
 // the naive oracle at the port's dtype overflows and the max-abs criterion is not applicable.
-#include "layer_suite.hpp"
-#include "portkit.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 
 #include "orthros_testing.hpp"
 

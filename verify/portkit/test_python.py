@@ -1,4 +1,4 @@
-"""Tests of the `orthros` Python module (reference/python): the operator against an independent
+"""Tests of the `orthros` Python module (verify/python): the operator against an independent
 NumPy transcription of SPEC §2, the SPEC §6 checker, the regime entry points, and the errors;
 the backward (issue 8): attention_backward against a dense NumPy transcription and bitwise against
 `orthros golden --grad`, check_attention_backward, and `orthros check` on gradient results.

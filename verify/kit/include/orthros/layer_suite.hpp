@@ -19,9 +19,8 @@
 /// converted to S: exact when the file stores S), as the operator's compute_expected().
 #pragma once
 
-#include "portkit.hpp"
-
 #include "orthros/layer.hpp"
+#include "orthros/portkit.hpp"
 
 #include <array>
 #include <climits>

@@ -20,14 +20,14 @@
 // bytes depend only on the seed, dtype, config and its own definition: regenerating gives
 // identical bytes, and adding a case never changes the others.
 #include "command.hpp"
-#include "layer_suite.hpp"
-#include "portkit.hpp"
 
 #include "orthros/attention.hpp"
 #include "orthros/case_io.hpp"
 #include "orthros/check.hpp"
 #include "orthros/configs.hpp"
 #include "orthros/layer.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 #include "orthros/safetensors.hpp"
 
 #include <nlohmann/json.hpp>
