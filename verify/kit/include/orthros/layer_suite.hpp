@@ -1,5 +1,5 @@
 /// \file layer_suite.hpp
-/// \brief Layer-level golden cases (issue 11), shared by `orthros golden --level layer` and
+/// \brief Layer-level golden cases, shared by `orthros golden --level layer` and
 /// `orthros check`: the case file of one call of the Orthros attention layer (SPEC §2, paper
 /// Algorithm 1), its loader, and its expected results under SPEC §6.
 ///
