@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the library ports and the Hugging Face conversion's GPU benchmarks, from the
-# repository root (a copy of it: the carried folder holds examples/, ci/, reference/python and
+# repository root (a copy of it: the carried folder holds examples/, ci/, verify/python and
 # build-py312-carry from ci/gpu_stage_python.sh, the wheels in .whl/ and the GPL-3 text):
 #   bash ci/gpu_ports_hf.sh
 # Phase 1, the GPU alone (timings): the training throughput at T = 8K of the converted Qwen3-0.6B
@@ -28,7 +28,7 @@ export ORTHROS="$PWD/$CARRY/orthros-cli" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTEC
 PY=${PYTHON:-python3}
 # the Python package: the working tree's pure-Python files plus the carried compiled modules
 PKG=$(mktemp -d)
-mkdir -p "$PKG/orthros" && cp -r reference/python/orthros/. "$PKG/orthros/" && cp "$CARRY"/orthros/*.so "$PKG/orthros/"
+mkdir -p "$PKG/orthros" && cp -r verify/python/orthros/. "$PKG/orthros/" && cp "$CARRY"/orthros/*.so "$PKG/orthros/"
 if ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi

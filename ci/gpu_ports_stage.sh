@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build -DORTHROS_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target orthros
 mkdir -p ports-carry
-cp build/reference/orthros ports-carry/
+cp build/verify/cli/orthros ports-carry/
 cp "$(g++ -print-file-name=libgomp.so.1)" ports-carry/
 strip ports-carry/orthros
 git rev-parse HEAD > ports-carry/COMMIT

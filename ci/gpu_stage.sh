@@ -9,21 +9,21 @@ cmake --build build-cuda -j2 --target test_attention_gpu test_layer_gpu test_att
   bench_attention_backward_gpu orthros_bench_gpu orthros
 mkdir -p build-cuda-carry
 cp build-cuda/verify/gpu/test_attention_gpu build-cuda/verify/gpu/test_layer_gpu build-cuda/bench/gpu/bench_attention_gpu build-cuda-carry/
-# issue 10 (backward): ci/gpu_backward.sh runs these two
+# The backward: ci/gpu_backward.sh runs these two
 cp build-cuda/verify/gpu/test_attention_backward_gpu build-cuda/verify/gpu/test_layer_backward_gpu \
   build-cuda/bench/gpu/bench_attention_backward_gpu build-cuda-carry/
-cp build-cuda/reference/orthros build-cuda-carry/
-# issue 12 (context parallelism): ci/gpu_context_parallel.sh runs these (the benchmark needs NCCL)
+cp build-cuda/verify/cli/orthros build-cuda-carry/
+# Context parallelism: ci/gpu_context_parallel.sh runs these (the benchmark needs NCCL)
 cp build-cuda/verify/gpu/test_context_parallel_gpu build-cuda-carry/
 if cmake --build build-cuda -j2 --target bench_context_parallel >/dev/null 2>&1; then
   cp build-cuda/bench/gpu/bench_context_parallel build-cuda-carry/
 fi
-# The issue-5 complexity sweep and the libbenchmark it loads from its own folder ($ORIGIN).
+# The GPU complexity sweep and the libbenchmark it loads from its own folder ($ORIGIN).
 cp build-cuda/bench/gpu_complexity/orthros_bench_gpu build-cuda/bench/gpu_complexity/libbenchmark.so* build-cuda-carry/
 cp "$(g++ -print-file-name=libgomp.so.1)" build-cuda-carry/
 # Symbols are not needed on the device (the carry limit is 64 MiB with the working tree).
 strip build-cuda-carry/test_* build-cuda-carry/bench_* build-cuda-carry/orthros build-cuda-carry/orthros_bench_gpu
-{ git rev-parse HEAD; git status --porcelain -- cuda bench/gpu verify/gpu reference/cli | head -20; } > build-cuda-carry/COMMIT
+{ git rev-parse HEAD; git status --porcelain -- cuda bench/gpu verify/gpu verify/cli verify/kit | head -20; } > build-cuda-carry/COMMIT
 du -sh build-cuda-carry
 # The same folder as one archive (about a fifth of the size): carry build-xz instead when the
 # working tree plus the folder would pass the device tool's 64 MiB; ci/gpu_env.sh unpacks it.

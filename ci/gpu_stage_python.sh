@@ -40,11 +40,11 @@ cmake --build "$BUILD" -j "${ORTHROS_JOBS:-2}" --target orthros_python orthros_c
 rm -rf "$CARRY"
 mkdir -p "$CARRY/orthros"
 cp "$BUILD"/python/orthros/_core*.so "$BUILD"/python/orthros/_cuda*.so "$CARRY/orthros/"
-cp "$BUILD/reference/orthros" "$CARRY/orthros-cli"  # not "orthros": that is the package folder
+cp "$BUILD/verify/cli/orthros" "$CARRY/orthros-cli"  # not "orthros": that is the package folder
 strip --strip-unneeded "$CARRY"/orthros/*.so "$CARRY/orthros-cli"
 # libgomp.so.1: the OpenMP runtime of _core and the command (the device image may lack it).
 cp "$(g++ -print-file-name=libgomp.so.1)" "$CARRY/"
-{ git rev-parse HEAD; git status --porcelain -- cuda reference/python reference/include | head -20; "$PY" --version; } \
+{ git rev-parse HEAD; git status --porcelain -- cuda verify/python verify/kit reference/include | head -20; "$PY" --version; } \
   > "$CARRY/COMMIT"
 ls -l "$CARRY" "$CARRY/orthros"
 du -sh "$CARRY"

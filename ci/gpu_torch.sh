@@ -4,7 +4,7 @@
 #   bash ci/gpu_torch.sh
 # Expects build-py312-carry/ (ci/gpu_stage_python.sh: _core and _cuda built for the device's
 # Python 3.12, the `orthros` command, libgomp) carried along. The package is assembled from the
-# working tree's reference/python/orthros/ (.py files, orthros/torch/) plus those modules into a
+# working tree's verify/python/orthros/ (.py files, orthros/torch/) plus those modules into a
 # temporary folder on PYTHONPATH. Runs:
 #   1. verify/cuda_python: the extension's argument tests and its GPU tests (oracle, deterministic
 #      regimes bitwise, raw DLPack capsule, CuPy, backward, RoPE append, layer);
@@ -23,7 +23,7 @@ PY=${PYTHON:-python3}
 TMP=$(mktemp -d)
 LOGS="$TMP/logs"
 mkdir -p "$TMP/pkg/orthros" "$LOGS"
-cp -r reference/python/orthros/. "$TMP/pkg/orthros/"
+cp -r verify/python/orthros/. "$TMP/pkg/orthros/"
 cp "$BIN"/orthros/*.so "$TMP/pkg/orthros/"
 export PYTHONPATH="$TMP/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 export ORTHROS="$PWD/$BIN/orthros-cli"  # the command line tool (`orthros golden` makes the suites)

@@ -22,4 +22,4 @@ if [ "$CUDA" = ON ]; then bash ci/setup.sh; else bash ci/setup.sh --minimal; fi
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DORTHROS_CUDA="$CUDA" -DORTHROS_TESTS=OFF \
   -DORTHROS_BENCH=OFF -DORTHROS_PYTHON=OFF >/dev/null
 cmake --build "$BUILD" -j "${ORTHROS_JOBS:-2}" --target orthros
-"./$BUILD/reference/orthros" verify "$@"
+"./$BUILD/verify/cli/orthros" verify "$@"

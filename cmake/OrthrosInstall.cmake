@@ -1,8 +1,10 @@
-# Install rules and the exported CMake package (issue 11), included last by the top-level CMakeLists.
+# Install rules and the exported CMake package, included last by the top-level CMakeLists.
 #
 # `cmake --install build --prefix PREFIX` installs
-#   PREFIX/include/orthros/*.hpp              the header-only oracle (and cuda/include when built)
-#   PREFIX/lib/liborthros_io.a                the safetensors reader/writer (orthros::io)
+#   PREFIX/include/orthros/*.hpp              the header-only oracle (reference/include), the port
+#                                             kit's headers (verify/kit/include) and, when built,
+#                                             cuda/include
+#   PREFIX/lib/liborthros_kit.a               the port kit (orthros::kit; orthros::io names it too)
 #   PREFIX/lib/liborthros_cuda.a              the CUDA kernels, when built (orthros::cuda)
 #   PREFIX/bin/orthros                        the command line tool                (component cli)
 #   PREFIX/lib/cmake/Orthros/OrthrosConfig.cmake, OrthrosConfigVersion.cmake, OrthrosTargets.cmake
@@ -14,7 +16,7 @@
 #
 # In a wheel build (`pip install .`, scikit-build-core sets SKBUILD) only component `python` is
 # installed: the `orthros` command into the wheel's scripts (on PATH in the environment that
-# installs it) and the extension module into the package (reference/python/CMakeLists.txt).
+# installs it) and the extension module into the package (verify/python/CMakeLists.txt).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -26,9 +28,11 @@ endif()
 set(ORTHROS_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/Orthros CACHE STRING
     "Where the Orthros CMake package (OrthrosConfig.cmake) is installed, relative to the prefix")
 
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/reference/include/orthros
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel FILES_MATCHING PATTERN "*.hpp")
-set(_orthros_export_targets orthros_reference orthros_io)
+foreach(_dir reference/include/orthros verify/kit/include/orthros)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel FILES_MATCHING PATTERN "*.hpp")
+endforeach()
+set(_orthros_export_targets orthros_error orthros_reference orthros_kit orthros_io)
 
 # orthros::cuda (cuda/CMakeLists.txt) names its include directories by source path; an exported
 # target needs them split into the build tree's and the installed tree's.

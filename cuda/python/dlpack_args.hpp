@@ -9,7 +9,7 @@
 #pragma once
 
 #include "orthros/cuda/attention.hpp"
-#include "orthros/tensor.hpp"
+#include "orthros/error.hpp"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>

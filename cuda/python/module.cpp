@@ -8,7 +8,7 @@
 // stream), the work is asynchronous on it; the current device is used. Bad input raises
 // orthros.Error (orthros._core.Error, a ValueError) naming the argument and the values, before
 // any CUDA call; a failing CUDA / cuBLAS call raises RuntimeError with the call's name.
-#include "orthros/tensor.hpp"
+#include "orthros/error.hpp"
 
 #include <nanobind/nanobind.h>
 

@@ -1,10 +1,13 @@
-// A program built against an installed Orthros (find_package(Orthros), target orthros::reference):
-// the attention operator and its backward on seeded random data, printed as checksums.
+// A program built against an installed Orthros (find_package(Orthros), targets orthros::reference
+// and orthros::kit): the attention operator and its backward on seeded random data, printed as
+// checksums, and the output `o` through a safetensors round trip in memory (SPEC §5).
 //
 // Shapes: T = 12 tokens after a KV cache of P = 4, T_out = 3 output-specific queries, H_q = 4,
-// H_kv = 2 (GQA), D = 16, window 5. Exit status 0 when every output is finite.
+// H_kv = 2 (GQA), D = 16, window 5. Exit status 0 when every output is finite and the round trip
+// is exact.
 #include "orthros/attention.hpp"
 #include "orthros/attention_backward.hpp"
+#include "orthros/safetensors.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -55,5 +58,13 @@ int main() {
               checksum(fwd.o, finite) + checksum(fwd.o_out, finite) + checksum(g.dq, finite) +
                   checksum(g.dk, finite) + checksum(g.dv, finite),
               finite ? "all finite" : "NOT FINITE");
-  return finite ? 0 : 1;
+  // The kit: o [T, H_q, D] written as F64 safetensors bytes and parsed back, bitwise.
+  orthros::st::File file;
+  file.tensors["o"] = orthros::st::from_matrix<double>(fwd.o, {T, dims.num_q_heads, dims.head_dim},
+                                                       orthros::st::DType::F64);
+  const orthros::st::File back = orthros::st::parse(orthros::st::serialize(file));
+  const auto o_back = orthros::st::to_matrix<double>(back.tensors.at("o"), "o");
+  const bool exact = o_back == fwd.o;
+  std::printf("safetensors round trip of o: %s\n", exact ? "exact" : "DIFFERS");
+  return finite && exact ? 0 : 1;
 }

@@ -51,7 +51,7 @@ def oracle_exe():
     for c in (os.environ.get("ORTHROS"), os.environ.get("ORTHROS_ORACLE")):
         if c and Path(c).exists():
             return c
-    raise RuntimeError("set ORTHROS to the `orthros` command (the CPU oracle; build/reference/orthros)")
+    raise RuntimeError("set ORTHROS to the `orthros` command (the CPU oracle; build/verify/cli/orthros)")
 
 
 class Oracle:

@@ -4,8 +4,8 @@
 # nothing; the timeouts below sum to 460 s):
 #   bash examples/hf_conversion/gpu_job.sh
 # Carry: build-py312-carry (ci/gpu_stage_python.sh: orthros._core and orthros._cuda built for the
-# device's Python 3.12, libgomp) and build/reference/orthros (the CPU oracle command; or set
-# ORTHROS). The package is assembled from the working tree's reference/python/orthros/ plus the
+# device's Python 3.12, libgomp) and build/verify/cli/orthros (the CPU oracle command; or set
+# ORTHROS). The package is assembled from the working tree's verify/python/orthros/ plus the
 # carried modules, as ci/gpu_torch.sh does. Logs and results under $OUT/hf_conversion (or
 # ./gpu-out/hf_conversion): proofs.{log,json}, bench.{log,json}, loss.log, loss/loss_curve.{csv,png}, flex.log.
 # The tables are printed last. Exit status: nonzero if a proof failed or a part errored.
@@ -23,11 +23,11 @@ CUBLAS_SO=$(ldconfig -p | grep -o '/[^ ]*libcublas\.so\.13$' | head -1)
 [ -n "$CUBLAS_SO" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$CUBLAS_SO")"
 PKG=$(mktemp -d)
 mkdir -p "$PKG/orthros"
-cp -r reference/python/orthros/. "$PKG/orthros/"
+cp -r verify/python/orthros/. "$PKG/orthros/"
 cp "$BIN"/orthros/*.so "$PKG/orthros/"
 export PYTHONPATH="$PKG:$PWD/examples/hf_conversion${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 if [ -z "${ORTHROS:-}" ]; then
-  for c in "$BIN/orthros-cli" build/reference/orthros; do [ -x "$c" ] && { ORTHROS="$PWD/$c"; break; }; done
+  for c in "$BIN/orthros-cli" build/verify/cli/orthros; do [ -x "$c" ] && { ORTHROS="$PWD/$c"; break; }; done
 fi
 export ORTHROS=${ORTHROS:-}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}

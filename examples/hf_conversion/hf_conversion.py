@@ -4,7 +4,7 @@ the C++ oracle (docs/conversion.md). Every step reads and writes a run directory
     python hf_conversion.py convert  --run RUN --arch qwen3 --shape tiny --window 16
     python hf_conversion.py train    --run RUN --steps 40 [--sft]
     python hf_conversion.py generate --run RUN --prompt "This program is " --new 40 [--sample]
-    python hf_conversion.py check    --run RUN --orthros build/reference/orthros
+    python hf_conversion.py check    --run RUN --orthros build/verify/cli/orthros
 
 convert --pretrained DIR converts a downloaded checkpoint (transformers' from_pretrained on a local
 directory) instead of a config with random weights. Token ids are the bytes of the text (the tiny
@@ -167,7 +167,7 @@ def main():
     g.add_argument("--chunk", type=int, default=None, help="prefill chunk size (default: one chunk)")
     g.add_argument("--seed", type=int, default=0)
     k = sub.add_parser("check")
-    k.add_argument("--orthros", default="build/reference/orthros", help="the orthros command (the C++ oracle)")
+    k.add_argument("--orthros", default="build/verify/cli/orthros", help="the orthros command (the C++ oracle)")
     k.add_argument("--seq-len", type=int, default=48)
     for p in (c, t, g, k):
         p.add_argument("--run", required=True, help="run directory")

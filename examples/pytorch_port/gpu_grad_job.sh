@@ -6,7 +6,7 @@
 #   bash examples/pytorch_port/gpu_grad_job.sh CARRY_DIR OUT_DIR
 #
 # CARRY_DIR holds an x86-64 `orthros` built here and its libgomp.so.1 (stage with:
-#   mkdir -p build-port-carry && cp build-port/reference/orthros build-port-carry/ &&
+#   mkdir -p build-port-carry && cp build-port/verify/cli/orthros build-port-carry/ &&
 #   cp "$(g++ -print-file-name=libgomp.so.1)" build-port-carry/
 # and carry build-port-carry with the device call). Suites (default seed 20261013, identical bytes
 # to the same command here; their manifest hashes are logged to compare):

@@ -11,7 +11,7 @@
 # ARCHIVE_SUITES="NAME ...": only those suites' results), plus
 # OUT_DIR/torch_port.log. A gradient suite (`orthros golden --grad`: cases hold `do`, `do_out`)
 # makes the port add dq, dq_out, dk, dv through autograd, and the checks judge all eight tensors.
-# If an `orthros` binary is found ($ORTHROS or build*/reference/orthros), the checks run here too,
+# If an `orthros` binary is found ($ORTHROS or build*/verify/cli/orthros), the checks run here too,
 # each in the background while the next variant runs (check_parallel.py; CHECK_JOBS=N spreads a
 # check's cases over N processes; CHECK_TEXT=0 writes the JSON report only): all text reports in
 # OUT_DIR/checks.txt, all JSON reports in OUT_DIR/checks.jsonl (one line per suite and variant,
@@ -49,7 +49,7 @@ rm -f "$work/torch.txt"
 failures=0
 orthros=${ORTHROS:-}
 if [ -z "$orthros" ]; then
-  for c in build*/reference/orthros; do [ -x "$c" ] && orthros=$c && break; done
+  for c in build*/verify/cli/orthros; do [ -x "$c" ] && orthros=$c && break; done
 fi
 checks_dir="$work/.checks"  # per variant: NAME.txt, NAME.json, NAME.rc (written in the background)
 mkdir -p "$checks_dir"

@@ -1,6 +1,6 @@
 """Minimal .safetensors reader/writer on NumPy (SPEC §5), with no dependency but NumPy.
 
-The reader is the package's own (reference/python/orthros/_safetensors.py, also
+The reader is the package's own (verify/python/orthros/_safetensors.py, also
 `orthros.testing.read_safetensors`), loaded by path; the writer is here.
 
 bf16 has no NumPy dtype: BF16 tensors are read as float32 (exactly: a bf16 is the top half of a
@@ -16,12 +16,12 @@ import numpy as np
 
 
 def _load_reader():
-    """The package's pure-NumPy reader, reference/python/orthros/_safetensors.py: from this checkout
+    """The package's pure-NumPy reader, verify/python/orthros/_safetensors.py: from this checkout
     by its path (the examples need NumPy only; `import orthros` would load the compiled
     orthros._core, which the interpreter running a port, e.g. PyTorch's on a GPU machine, may not
     have), else from an installed `orthros` package (`pip install .`)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(here, os.pardir, os.pardir, "reference", "python", "orthros", "_safetensors.py")
+    src = os.path.join(here, os.pardir, os.pardir, "verify", "python", "orthros", "_safetensors.py")
     if os.path.isfile(src):
         spec = importlib.util.spec_from_file_location("orthros_safetensors", src)
         mod = importlib.util.module_from_spec(spec)

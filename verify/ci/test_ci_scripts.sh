@@ -49,7 +49,7 @@ mkdir -p "$stubs"
 cat >"$stubs/cmake" <<'STUB'
 #!/usr/bin/env bash
 echo "cmake $*" >>"$CALLS"
-if [ "$1" = --build ]; then mkdir -p "$2/reference"; printf '#!/usr/bin/env bash\necho "orthros $*" >>"$CALLS"\n' >"$2/reference/orthros"; chmod +x "$2/reference/orthros"; fi
+if [ "$1" = --build ]; then mkdir -p "$2/verify/cli"; printf '#!/usr/bin/env bash\necho "orthros $*" >>"$CALLS"\n' >"$2/verify/cli/orthros"; chmod +x "$2/verify/cli/orthros"; fi
 STUB
 chmod +x "$stubs/cmake"
 vtree() {

@@ -12,7 +12,7 @@
 
 #include "orthros/attention.hpp"
 #include "orthros/tensor.hpp"
-#include "seeded_inputs.hpp"
+#include "orthros/seeded_inputs.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 /// \file fuzz_readers.hpp
-/// \brief The fuzzed entry points (issue 11, "Hardened readers"): every input ends in a result or
+/// \brief The fuzzed entry points (the hardened file readers): every input ends in a result or
 /// an orthros::Error. Any other exception escapes to the fuzzer (reported as a crash), and so do
 /// sanitizer reports. Shared by the libFuzzer targets (clang) and the corpus replay test (any
 /// compiler), so the committed corpus is a regression test of every build.
@@ -7,8 +7,8 @@
 
 #include "orthros/attention.hpp"
 #include "orthros/case_io.hpp"
+#include "orthros/portkit.hpp"
 #include "orthros/safetensors.hpp"
-#include "portkit.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // (orthros::cuda::attention_backward, SPEC §9) against the float64 oracle
 // (orthros_attention_backward<double>) under both SPEC §6 criteria for dq, dq_out, dk, dv, with
 // E_X = max abs error of the oracle at the dtype (orthros_attention_backward<S> after
-// orthros_attention<S>, as reference/cli/portkit.hpp computes it). The GPU backward consumes the
+// orthros_attention<S>, as verify/kit/include/orthros/portkit.hpp computes it). The GPU backward consumes the
 // GPU forward's o / lse (a training step's chain). Bitwise reproducibility over 20 runs and across
 // batch compositions; argument validation (host only, runs without a GPU).
 #include "gpu_testing.hpp"

@@ -5,7 +5,7 @@
 
 #include "orthros/safetensors.hpp"
 #include "orthros/tensor.hpp"
-#include "seeded_inputs.hpp"
+#include "orthros/seeded_inputs.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tests of attention case/result files (reference/include/orthros/case_io.hpp, SPEC §5):
+// Tests of attention case/result files (verify/kit/include/orthros/case_io.hpp, SPEC §5):
 // dims derived from shapes, strict metadata parsing, every consistency error, and that a
 // case read from a file runs the oracle bitwise like the in-memory inputs.
 #include "io_test_util.hpp"

@@ -1,4 +1,4 @@
-// Tests of the model file (reference/include/orthros/model_io.hpp): a round trip gives the
+// Tests of the model file (verify/kit/include/orthros/model_io.hpp): a round trip gives the
 // weights back bitwise and the loaded model's logits are the original's bitwise; every malformed
 // file is an orthros::Error naming the key or tensor.
 #include "orthros/model_io.hpp"

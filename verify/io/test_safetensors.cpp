@@ -1,4 +1,4 @@
-// Tests of the safetensors layer (reference/include/orthros/safetensors.hpp, SPEC §5):
+// Tests of the safetensors layer (verify/kit/include/orthros/safetensors.hpp, SPEC §5):
 // round trip in every dtype, on-disk encoding, round-to-nearest-even narrowing, and one
 // test per malformed-file error, plus truncation and corruption sweeps (never a crash).
 #include "io_test_util.hpp"

@@ -10,7 +10,8 @@ function(run)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/prefix --component devel)
-foreach(f include/orthros/attention.hpp lib/cmake/Orthros/OrthrosConfig.cmake
+foreach(f include/orthros/attention.hpp include/orthros/error.hpp include/orthros/check.hpp include/orthros/golden.hpp
+          lib/liborthros_kit.a lib/cmake/Orthros/OrthrosConfig.cmake
           lib/cmake/Orthros/OrthrosConfigVersion.cmake lib/cmake/Orthros/OrthrosTargets.cmake)
   if(NOT EXISTS ${WORK}/prefix/${f})
     message(FATAL_ERROR "cmake --install did not install ${f}")

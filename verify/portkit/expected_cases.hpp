@@ -3,8 +3,8 @@
 /// the operator and a small layer case, inputs never zero (orthros::testing::random_mat).
 #pragma once
 
-#include "layer_suite.hpp"
-#include "portkit.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 
 #include "orthros_testing.hpp"
 

@@ -1,4 +1,4 @@
-// Unit and property tests of the SPEC §6 checker (reference/include/orthros/check.hpp).
+// Unit and property tests of the SPEC §6 checker (verify/kit/include/orthros/check.hpp).
 #include "orthros/attention.hpp"
 #include "orthros/attention_backward.hpp"
 #include "orthros/check.hpp"

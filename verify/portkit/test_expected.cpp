@@ -1,10 +1,10 @@
-// Tests of reference/cli/portkit.hpp: the expected results of a case (float64 oracle + E_X per
+// Tests of verify/kit/include/orthros/portkit.hpp: the expected results of a case (float64 oracle + E_X per
 // tensor) as `orthros golden` writes them and `orthros check` reads them, including the case where
 // the naive oracle at the port's dtype overflows and the max-abs criterion is not applicable.
 // Gradients: test_expected_grad.cpp; large scores in the backward: test_expected_large_scores.cpp;
 // layer cases: test_expected_layer.cpp (one executable, test_portkit_expected).
-#include "layer_suite.hpp"
-#include "portkit.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 
 #include "orthros_testing.hpp"
 

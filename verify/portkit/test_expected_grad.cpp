@@ -1,8 +1,8 @@
-// Tests of reference/cli/portkit.hpp's gradient cases: the expected files of `orthros golden --grad`
+// Tests of verify/kit/include/orthros/portkit.hpp's gradient cases: the expected files of `orthros golden --grad`
 // (float64 gradients + E_X per gradient), the per-case "grad" flag of a --grad suite, and non-finite
 // values named by tensor and first index.
-#include "layer_suite.hpp"
-#include "portkit.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 
 #include "expected_cases.hpp"
 #include "orthros_testing.hpp"

@@ -1,7 +1,7 @@
-// Tests of reference/cli/portkit.hpp on large scores in the backward: the recipe of
+// Tests of verify/kit/include/orthros/portkit.hpp on large scores in the backward: the recipe of
 // `orthros golden --grad`'s edge_grad_large_logits, the oracle at each dtype against its bound.
-#include "layer_suite.hpp"
-#include "portkit.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 
 #include "orthros_testing.hpp"
 

@@ -1,7 +1,7 @@
-// Tests of reference/cli/portkit.hpp and layer_suite.hpp on layer cases: the expected file is the
+// Tests of verify/kit/include/orthros/portkit.hpp and layer_suite.hpp on layer cases: the expected file is the
 // layer oracle and round-trips, the bf16 oracle passes its own bound, malformed cases are named.
-#include "layer_suite.hpp"
-#include "portkit.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 
 #include "expected_cases.hpp"
 #include "orthros_testing.hpp"

@@ -126,11 +126,11 @@ os.execv(sys.executable, [sys.executable, {os.path.join(PORT_DIR, "numpy_port.py
 
 
 class StIoReaderTest(unittest.TestCase):
-    """The example's reader is the package's (one implementation: reference/python/orthros/_safetensors.py)."""
+    """The example's reader is the package's (one implementation: verify/python/orthros/_safetensors.py)."""
 
     def test_st_io_reads_with_the_package_reader(self):
         import st_io
-        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "reference", "python",
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "verify", "python",
                            "orthros", "_safetensors.py")
         self.assertEqual(os.path.realpath(st_io.read.__code__.co_filename), os.path.realpath(src))
         with tempfile.TemporaryDirectory() as d:  # the package reader's checks, which st_io's own lacked

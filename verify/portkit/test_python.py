@@ -1,4 +1,4 @@
-"""Tests of the `orthros` Python module (reference/python), forward: the operator against an
+"""Tests of the `orthros` Python module (verify/python), forward: the operator against an
 independent NumPy transcription of SPEC §2, the SPEC §6 checker, the regime entry points, and the
 errors. The backward: test_python_backward.py, test_python_golden_grad.py.
 

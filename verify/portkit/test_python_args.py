@@ -1,4 +1,4 @@
-"""Bad arguments to the Python bindings (orthros._core, converted in reference/python/py_args.hpp):
+"""Bad arguments to the Python bindings (orthros._core, converted in verify/python/py_args.hpp):
 each raises orthros.Error naming the parameter, the expected form and what was passed, never
 pybind11's "incompatible function arguments" with the binding signature and array reprs.
 Run by ctest portkit_python_args with PYTHONPATH=<build>/python (Debian's python3, numpy).

@@ -83,13 +83,13 @@ def dense_reference(q, q_out, k_cache, v_cache, seqs, window, scale=None):
 
 
 def orthros_binary():
-    """Path of the `orthros` command (ORTHROS, else <build>/reference/orthros next to the package)."""
+    """Path of the `orthros` command (ORTHROS, else <build>/verify/cli/orthros next to the package)."""
     path = os.environ.get("ORTHROS")
     if path:
         return path
     import orthros
-    guess = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(orthros.__file__))), "reference", "orthros")
-    return guess
+    build = os.path.dirname(os.path.dirname(os.path.dirname(orthros.__file__)))
+    return os.path.join(build, "verify", "cli", "orthros")
 
 
 def write_golden(out_dir, *args):

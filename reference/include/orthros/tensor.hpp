@@ -1,5 +1,5 @@
 /// \file tensor.hpp
-/// \brief Tensor storage, scalar traits and the error type shared by the whole oracle.
+/// \brief Tensor storage and scalar traits shared by the whole oracle (its error type: error.hpp).
 ///
 /// Every activation tensor is a row-major Eigen matrix whose rows are tokens: a
 /// `[T, H, D]` tensor is stored as `Mat<S>` with `T` rows and `H*D` columns, so head
@@ -7,14 +7,14 @@
 /// same memory layout as a C-contiguous `[T, H, D]` array in PyTorch or NumPy.
 #pragma once
 
+#include "orthros/error.hpp"
+
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -26,28 +26,6 @@ using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 /// Dynamic column vector.
 template <typename S>
 using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
-
-/// Thrown for every invalid argument or malformed input. The message names the
-/// parameter and the offending values, e.g. `window must be >= 1 (got 0)`.
-class Error : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
-
-namespace detail {
-template <typename... Args>
-std::string cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
-}  // namespace detail
-
-/// Throws orthros::Error with the concatenation of `args` when `cond` is false.
-template <typename... Args>
-inline void require(bool cond, const Args&... args) {
-  if (!cond) throw Error(detail::cat(args...));
-}
 
 /// Accumulator type used for reductions (dot products, softmax sums) at scalar type S.
 /// float64 and float32 accumulate in themselves; bfloat16 and float16 accumulate in
@@ -130,6 +108,5 @@ Mat<S> round_matrix(const Mat<double>& m) {
   for (Eigen::Index i = 0; i < m.size(); ++i) out.data()[i] = round_rne<S>(m.data()[i]);
   return out;
 }
-
 
 }  // namespace orthros

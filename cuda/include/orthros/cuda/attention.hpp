@@ -24,7 +24,7 @@
 /// unspecified outputs; the CPU oracle rejects them).
 #pragma once
 
-#include "orthros/tensor.hpp"
+#include "orthros/error.hpp"
 
 #include <cuda_runtime_api.h>
 

@@ -16,7 +16,7 @@
 #include "orthros/cuda/layer_backward.hpp"
 #include "orthros/layer_backward.hpp"
 #include "orthros/model.hpp"
-#include "seeded_inputs.hpp"
+#include "orthros/seeded_inputs.hpp"
 
 #include <cublas_v2.h>
 

@@ -1,5 +1,5 @@
 /// \file verify_cuda.hpp
-/// \brief `orthros verify --device cuda`: the GPU half of the main job (issue 4).
+/// \brief `orthros verify --device cuda`: the GPU half of the main job.
 #pragma once
 
 #include <string>
@@ -16,7 +16,7 @@
 ///   CUDA failure (no GPU, launch error).
 int orthros_verify_cuda(const std::string& config, int seq_len, unsigned seed);
 
-/// `orthros verify --grad --device cuda` (issue 10): the backward on the GPU in bf16 against the
+/// `orthros verify --grad --device cuda`: the backward on the GPU in bf16 against the
 /// float64 oracle under SPEC §6/§9, for four training sequences of the attention shapes of
 /// `config` (PT; SFT with T_out = T'/2 and 1; window only, T_out = 0), each alone and all four in
 /// one ragged call: (1) attention_backward's dq, dq_out, dk, dv on seeded random q/k/v and dO

@@ -172,7 +172,7 @@ inline AbsBaseline overflow_baseline(const std::string& dtype, const std::except
   return AbsBaseline::not_applicable("naive " + dtype + " oracle overflows: " + e.what());
 }
 
-/// Everything the checker reports about one output tensor (SPEC §6; issue 3).
+/// Everything the checker reports about one output tensor (SPEC §6).
 struct TensorReport {
   std::string name;                  ///< tensor name ("o", "o_out", "lse", "lse_out", ...)
   std::vector<std::int64_t> shape;   ///< reference shape, e.g. [T, H_q, D]

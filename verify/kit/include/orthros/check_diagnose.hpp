@@ -3,11 +3,10 @@
 /// (orthros/diagnose.hpp) reproduces the port's result, as report lines and JSON.
 #pragma once
 
-#include "portkit.hpp"
-
 #include "orthros/case_io.hpp"
 #include "orthros/check.hpp"
 #include "orthros/diagnose.hpp"
+#include "orthros/portkit.hpp"
 #include "orthros/safetensors.hpp"
 
 #include <nlohmann/json.hpp>
@@ -17,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace orthros::cli {
+namespace orthros::portkit {
 
 /// What --diagnose adds to a case's report.
 struct DiagnosisReport {
@@ -46,7 +45,7 @@ inline std::string fit_text(const check::TensorReport& r) {
 /// the real check), `actual` (the port's result file), `reports` (the real check's per-tensor
 /// reports). A passing case gets "no failure"; a layer case is not diagnosed (said so).
 /// \throws orthros::Error on a malformed case file (load_attention_case, load_upstream).
-inline DiagnosisReport diagnose_case(const st::File& case_file, const portkit::Expected& e, const st::File& actual,
+inline DiagnosisReport diagnose_case(const st::File& case_file, const Expected& e, const st::File& actual,
                                      const std::vector<check::TensorReport>& reports) {
   using json = nlohmann::ordered_json;
   DiagnosisReport d;
@@ -66,14 +65,14 @@ inline DiagnosisReport diagnose_case(const st::File& case_file, const portkit::E
   const AttentionCase<double> ac = load_attention_case<double>(case_file);
   diagnose::CaseInputs in{ac.q, ac.k, ac.v, ac.q_out, std::nullopt, std::nullopt, ac.dims, ac.options};
   if (e.grad) {
-    auto [g, go] = portkit::load_upstream<double>(case_file, ac);
+    auto [g, go] = load_upstream<double>(case_file, ac);
     in.dout = g;
     in.dout_out = go;
   }
   std::map<std::string, diagnose::Actual> act;
   for (const auto& r : reports) {
     const st::Tensor& t = actual.tensors.at(r.name);
-    act[r.name] = diagnose::Actual{portkit::values(t), t.shape};
+    act[r.name] = diagnose::Actual{values(t), t.shape};
   }
   const diagnose::Diagnosis dg = diagnose::explain(in, act, e.oracle_err, e.dtype);
   json fits = json::array();
@@ -124,4 +123,4 @@ inline DiagnosisReport diagnose_case(const st::File& case_file, const portkit::E
   return d;
 }
 
-}  // namespace orthros::cli
+}  // namespace orthros::portkit

@@ -1,5 +1,5 @@
 /// \file layer_suite.hpp
-/// \brief Layer-level golden cases (issue 11), shared by `orthros golden --level layer` and
+/// \brief Layer-level golden cases, shared by `orthros golden --level layer` and
 /// `orthros check`: the case file of one call of the Orthros attention layer (SPEC §2, paper
 /// Algorithm 1), its loader, and its expected results under SPEC §6.
 ///
@@ -19,9 +19,8 @@
 /// converted to S: exact when the file stores S), as the operator's compute_expected().
 #pragma once
 
-#include "portkit.hpp"
-
 #include "orthros/layer.hpp"
+#include "orthros/portkit.hpp"
 
 #include <array>
 #include <climits>

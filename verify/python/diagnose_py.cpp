@@ -107,7 +107,7 @@ void bind_diagnose(py::module_& m) {
         "= 0), 0 for any other tensor; the lse_max_keys argument of check().");
   m.def("lse_f32_floor", &orthros::check::lse_f32_floor, py::arg("max_abs_lse"), py::arg("max_keys"),
         "The float32 LSE floor of SPEC §6: 2^-24 (5 max_abs_lse + 6 ln max_keys), derivation in "
-        "reference/include/orthros/check.hpp.");
+        "verify/kit/include/orthros/check.hpp.");
   m.def("_diagnose", &diagnose_binding, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale"), py::arg("dtype"), py::arg("do"), py::arg("do_out"),
         py::arg("oracle_at_dtype_maxabs"), py::arg("abs_na_reason"),

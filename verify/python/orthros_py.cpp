@@ -1,8 +1,8 @@
-// Python bindings of the Orthros CPU oracle (issue 3): the compiled module `orthros._core`, re-exported
-// by the package `orthros` (reference/python/orthros/__init__.py), so every name is used as `orthros.<name>`.
+// Python bindings of the Orthros CPU oracle: the compiled module `orthros._core`, re-exported
+// by the package `orthros` (verify/python/orthros/__init__.py), so every name is used as `orthros.<name>`.
 //
 // Tensors are NumPy arrays in the layout of SPEC §5: q [T, H_q, D], k/v [P+T, H_kv, D],
-// q_out [T_out, H_q, D]; o [T, H_q, D], lse [T, H_q]. The backward (issue 8): do [T, H_q, D],
+// q_out [T_out, H_q, D]; o [T, H_q, D], lse [T, H_q]. The backward: do [T, H_q, D],
 // do_out [T_out, H_q, D] -> dq [T, H_q, D], dq_out [T_out, H_q, D], dk/dv [P+T, H_kv, D]. Every
 // orthros::Error surfaces as orthros.Error, a subclass of ValueError carrying the C++ message
 // unchanged.
@@ -176,7 +176,7 @@ py::dict check_attention(const py::object& result, const py::array& q, const py:
   return out;
 }
 
-// ---- backward (issue 8) -----------------------------------------------------------------
+// ---- backward -----------------------------------------------------------------------
 
 /// The backward's inputs as Mat<S> (each rounded to S once, as to_mat3 does) and their dims.
 template <typename S>
@@ -539,7 +539,7 @@ report is check()'s plus 'bad_positions', the absolute positions of 'bad_rows' (
 dq_out: P+T-T_out+row+1, dk/dv: cache row + 1). Raises orthros.Error on bad input or a result
 without one of the four gradients. One assert:
     assert orthros.check_attention_backward(grads, q, k, v, q_out, do, do_out, window=w, dtype="bf16")["pass"]
-Source: reference/python/orthros_py.cpp, reference/include/orthros/check.hpp.)doc");
+Source: verify/python/orthros_py.cpp, verify/kit/include/orthros/check.hpp.)doc");
   m.def("rel_tolerance", &orthros::check::rel_tolerance, py::arg("dtype"),
         "Relative Frobenius tolerance of SPEC §6 for dtype f64/f32/bf16/f16.");
   m.def(

@@ -1,5 +1,5 @@
 """A converted model's weights as the C++ oracle's model file (docs/file-format.md, "Model weights";
-reference/include/orthros/model_io.hpp), so `orthros verify --weights FILE` runs every regime of
+verify/kit/include/orthros/model_io.hpp), so `orthros verify --weights FILE` runs every regime of
 the checkpoint through the readable oracle and `orthros model --weights FILE` gives its logits and
 one training step's gradients for a cross-check."""
 import subprocess
@@ -81,7 +81,7 @@ def torch_gradients(model, oracle_result):
 
 
 def run_oracle_model(orthros_exe, weights, tokens, out, *, t_out=None, targets=None, dtype="f64"):
-    """Runs `orthros model` (reference/cli/cmd_model.cpp) on a model file: logits of the last
+    """Runs `orthros model` (verify/cli/cmd_model.cpp) on a model file: logits of the last
     t_out positions of `tokens` (None: all), and with `targets` the loss and every gradient.
     Returns the result file's tensors (dict of torch tensors). Raises orthros.Error with the
     command's message when it fails."""

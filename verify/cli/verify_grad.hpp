@@ -18,7 +18,7 @@
 #include "orthros/regimes.hpp"
 #include "orthros/training.hpp"
 #include "finite_difference.hpp"
-#include "seeded_inputs.hpp"
+#include "orthros/seeded_inputs.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -1,4 +1,4 @@
-"""A port's golden-suite test in one call (issue 11): `assert_matches_golden(port_fn, suite_dir)`.
+"""A port's golden-suite test in one call: `assert_matches_golden(port_fn, suite_dir)`.
 
     import orthros.testing
 

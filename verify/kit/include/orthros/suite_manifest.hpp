@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-namespace orthros::cli {
+namespace orthros::portkit {
 
 namespace fs = std::filesystem;
 
@@ -74,4 +74,4 @@ inline void require_complete_manifest(const nlohmann::ordered_json& m, const std
   }
 }
 
-}  // namespace orthros::cli
+}  // namespace orthros::portkit

@@ -12,7 +12,7 @@
 #include "orthros/check.hpp"
 #include "orthros/configs.hpp"
 #include "orthros/cuda/attention.hpp"
-#include "seeded_inputs.hpp"
+#include "orthros/seeded_inputs.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -4,7 +4,7 @@
     d = orthros.diagnosis.diagnose(out, q, k, v, q_out, window=w, dtype="bf16")
     print(orthros.diagnosis.summary(d))      # "cause: window+1: the base window holds w+1 keys ..."
 
-The float64 oracle is recomputed under each mistake of reference/include/orthros/diagnose.hpp
+The float64 oracle is recomputed under each mistake of verify/kit/include/orthros/diagnose.hpp
 (window w±1, LSE in log2, top-left causal alignment, softmax scale 1/D or 1, GQA mapping
 h % H_kv, the output query at t+1, dk/dv without the output stream, the two streams swapped);
 a mistake whose result the port's reproduces within SPEC §6 (every tensor judged) is the cause.

@@ -1,9 +1,9 @@
 /// \file portkit.hpp
-/// \brief Shared by `orthros golden` and `orthros check` (issue 3): the expected results of an
+/// \brief Shared by `orthros golden` and `orthros check`: the expected results of an
 /// attention case under SPEC §6 — the float64 oracle's outputs and, per output tensor, the max
 /// abs error of the oracle run at the port's dtype (the `E_X` of the max-abs criterion).
 ///
-/// Gradients (issue 8): a case file that also holds the upstream gradients `do` `[T, H_q, D]`
+/// Gradients: a case file that also holds the upstream gradients `do` `[T, H_q, D]`
 /// and `do_out` `[T_out, H_q, D]` (written by `orthros golden --grad`) gets the expected
 /// gradients `dq` `[T, H_q, D]`, `dq_out` `[T_out, H_q, D]`, `dk` and `dv` `[P+T, H_kv, D]`
 /// (float64 oracle, orthros_attention_backward in attention_backward.hpp), each with its own E_X:
@@ -37,7 +37,7 @@ inline const std::array<const char*, 4>& output_names() {
   return n;
 }
 
-/// Names of the four gradient tensors (issue 8), in report order: dq `[T, H_q, D]`,
+/// Names of the four gradient tensors, in report order: dq `[T, H_q, D]`,
 /// dq_out `[T_out, H_q, D]`, dk `[P+T, H_kv, D]`, dv `[P+T, H_kv, D]`.
 inline const std::array<const char*, 4>& grad_names() {
   static const std::array<const char*, 4> n{"dq", "dq_out", "dk", "dv"};
@@ -304,7 +304,7 @@ inline Expected load_expected(const st::File& f) {
   return e;
 }
 
-/// Whether `orthros check --suite` judges a case's gradients (issue 8), from the manifest's
+/// Whether `orthros check --suite` judges a case's gradients, from the manifest's
 /// top-level `"grad"` (`suite_grad`, absent: nullopt), the case's own `"grad"` (`case_grad`) and
 /// whether its expected file holds dq, dq_out, dk, dv (`expected_has_grad`):
 /// - a per-case flag decides and must match the expected file: `"grad": false` is a forward-only

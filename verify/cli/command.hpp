@@ -1,5 +1,5 @@
 /// \file command.hpp
-/// \brief Registry of `orthros` subcommands. Each `cmd_*.cpp` in reference/cli/ registers
+/// \brief Registry of `orthros` subcommands. Each `cmd_*.cpp` in verify/cli/ registers
 /// itself at static-initialization time, so adding a subcommand touches no other file.
 #pragma once
 

@@ -19,15 +19,15 @@
 // case files (holding x, x_out, the weights and k_cache/v_cache) are judged the same way on y
 // [T, d_model], y_out [T_out, d_model], k_cache_after and v_cache_after [P+T, H_kv, D]: y rows are
 // positions P+i+1, y_out rows P+T-T_out+i+1, cache rows i+1.
-#include "check_diagnose.hpp"
 #include "command.hpp"
-#include "layer_suite.hpp"
-#include "portkit.hpp"
-#include "suite_manifest.hpp"
 
 #include "orthros/case_io.hpp"
+#include "orthros/check_diagnose.hpp"
 #include "orthros/check.hpp"
+#include "orthros/layer_suite.hpp"
+#include "orthros/portkit.hpp"
 #include "orthros/safetensors.hpp"
+#include "orthros/suite_manifest.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -57,7 +57,7 @@ struct CaseReport {
   bool forward_only = false;  ///< a "grad": false case of a --grad suite (only the forward judged)
   bool layer = false;         ///< a layer case (y, y_out, k_cache_after, v_cache_after judged)
   std::int64_t d_model = 0;   ///< layer cases: width of x and y
-  DiagnosisReport diagnosis;  ///< --diagnose (empty otherwise)
+  portkit::DiagnosisReport diagnosis;  ///< --diagnose (empty otherwise)
 };
 
 /// "a, b, c and d" from the names a result must hold.
@@ -337,7 +337,7 @@ void check_result(CaseReport& c, const portkit::Expected& e, const std::string& 
   }
   if (!case_path.empty() && c.error.empty())
     c.diagnosis = with_context("--diagnose, case " + case_path,
-                               [&] { return diagnose_case(st::read_file(case_path), e, actual, c.tensors); });
+                               [&] { return portkit::diagnose_case(st::read_file(case_path), e, actual, c.tensors); });
 }
 
 /// The shapes the expected results of case `c` must have (from the case's T, P, T_out, heads,
@@ -418,7 +418,7 @@ int run_case(const Args& a) {
 }
 
 int run_suite(const Args& a) {
-  const auto [root, manifest_path] = suite_paths(a.suite);
+  const auto [root, manifest_path] = portkit::suite_paths(a.suite);
   const std::string mpath = manifest_path.string();
   {
     std::error_code ec;
@@ -438,7 +438,7 @@ int run_suite(const Args& a) {
   }
   require(m.is_object() && m.value("format", "") == "orthros-golden" && m.contains("cases") && m["cases"].is_array(),
           mpath, " is not an orthros golden manifest");
-  require_complete_manifest(m, mpath);
+  portkit::require_complete_manifest(m, mpath);
   std::string level = "op";
   try {
     if (m.contains("level")) level = m["level"].get<std::string>();

@@ -1,7 +1,7 @@
 """Orthros attention CPU oracle (arXiv 2610.13735): the attention operator and its backward, the
 SPEC §6 checker, the model regimes, and `orthros.testing` (a port's golden-suite test in one call).
 
-The compiled part is `orthros._core` (reference/python/orthros_py.cpp); everything in it is
+The compiled part is `orthros._core` (verify/python/orthros_py.cpp); everything in it is
 re-exported here, so `orthros.attention(...)`, `orthros.check_attention(...)`, `orthros.Model`,
 `orthros.Error`, ... are used as `orthros.<name>`. `orthros.testing` is pure Python and is
 imported on first use (`import orthros.testing` or `orthros.testing.assert_matches_golden`).
