@@ -7,7 +7,7 @@ the checker). Per element (row, head, dim d), u = 2^-11, float64 quantities of t
 
 (kbar = sum_j p_j k_j). Prints per case max_d G_d (the candidate addend of the bound), E_X and
 the simulated kernel's error.
-Usage: python floor_candidate.py SWEEP.json WORK   (WORK as given to sweep_seeds.py)"""
+Usage: python floor_candidate.py SWEEP.json WORK CFG   (WORK and CFG as given to sweep_seeds.py)"""
 import json, os, sys, collections, numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sim_fa_backward import read, rows
@@ -31,15 +31,14 @@ def floor_dq(c, meta):
     return out
 
 if __name__ == '__main__':
-    r = json.load(open(sys.argv[1])); work = sys.argv[2]
+    r = json.load(open(sys.argv[1])); work, cfg = sys.argv[2], sys.argv[3]
     want = {(x['seed'], x['case']) for x in r if x['t'] in ('dq', 'dq_out')}
     cache = {}; ratios = collections.defaultdict(list); bad = []
     for x in r:
         if x['t'] not in ('dq', 'dq_out') or x['ex'] == 0: continue
         key = (x['seed'], x['case'])
         if key not in cache:
-            cfg = [n for n in os.listdir(work) if n.endswith('-%d' % x['seed'])][0]
-            c, meta = read(os.path.join(work, cfg, 'cases', x['case'] + '.safetensors'))
+            c, meta = read(os.path.join(work, '%s-%d' % (cfg, x['seed']), 'cases', x['case'] + '.safetensors'))
             cache[key] = floor_dq(c, meta)
         G = cache[key][x['t']]
         ratios[x['t']].append(G / x['ex'])

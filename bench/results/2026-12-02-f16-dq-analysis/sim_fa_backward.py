@@ -28,7 +28,8 @@ def read(path):
 def _bf16(x):
     """float32 -> nearest bfloat16 (ties to even), returned as float32 (finite inputs)."""
     b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    one, sh = np.uint64(1), np.uint64(16)
+    b = (b + np.uint64(0x7FFF) + ((b >> sh) & one)) & np.uint64(0xFFFF0000)
     return b.astype(np.uint32).view(np.float32)
 
 def f16(x):
