@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command for the CPU complexity results (issue 5, docs/performance.md): installs the Debian
+# One command for the CPU complexity results (docs/performance.md): installs the Debian
 # dependencies, builds the CPU benchmark, runs the sweep single-threaded, checks the fitted
 # exponents against the paper's analysis and draws the plots into bench/results/.
 #   bash ci/bench_cpu.sh            # writes bench/results/cpu-<UTC date>.{json,md} and cpu-<date>-*.png

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU job of issue 4, run on the device machine in ONE call, from the repository root:
+# GPU job (forward and layer), run on the device machine in ONE call, from the repository root:
 #   bash ci/gpu.sh
 # Expects the binaries built on the build host (cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release;
 # cmake --build build-cuda --target test_attention_gpu bench_attention_gpu) copied with
@@ -29,7 +29,7 @@ timeout 120 "$BIN/test_layer_gpu" 2>&1 | tee "$OUTDIR/tests_layer.log" | grep -E
 layer_rc=${PIPESTATUS[0]}; [ "$layer_rc" -ne 0 ] && test_rc=$layer_rc
 
 if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
-  # compute-sanitizer over the GPU tests (issue 11): few property draws (kernels run ~10-100x slower
+  # compute-sanitizer over the GPU tests: few property draws (kernels run ~10-100x slower
   # under the tools); summaries in $OUTDIR/sanitizer_summary.txt. A report fails the job.
   : >"$OUTDIR/sanitizer_summary.txt"
   # All four tools: memcheck (out-of-bounds/misaligned accesses), racecheck (shared-memory
@@ -82,7 +82,7 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   python3 bench/gpu/summarize.py "$OUTDIR/bench_ours.json" "$OUTDIR/bench_peers.json" > "$OUTDIR/summary.md"
 fi
 if [ -x "$BIN/orthros_bench_gpu" ] && [ -z "${ORTHROS_SKIP_COMPLEXITY:-}" ]; then
-  echo "== complexity sweep (issue 5)"
+  echo "== complexity sweep"
   bash bench/scripts/gpu_complexity.sh "$BIN/orthros_bench_gpu" "$OUTDIR" > "$OUTDIR/gpu_complexity.log" 2>&1 \
     || echo "complexity sweep exit status $?"
   grep -E "BigO|RMS" "$OUTDIR/gpu_complexity.log" | head -40

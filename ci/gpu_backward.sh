@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU job of issue 10 (attention backward), run on the device machine in ONE call from the
+# GPU job (attention backward), run on the device machine in ONE call from the
 # repository root:  bash ci/gpu_backward.sh
 # Expects build-cuda-carry/ from ci/gpu_stage.sh (test_attention_backward_gpu,
 # bench_attention_backward_gpu, libgomp) and, for the cuDNN sliding-window peer, the wheel of

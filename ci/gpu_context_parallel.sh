@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU job of issue 12 (context parallelism), run on the device machine from the repository root:
+# GPU job (context parallelism), run on the device machine from the repository root:
 #   bash ci/gpu_context_parallel.sh
 # Expects test_context_parallel_gpu and bench_context_parallel (ci/gpu_stage.sh, NCCL build) in
 # $ORTHROS_GPU_BIN (default build-cuda-carry) and libnccl.so.2 from the image's nvidia-nccl wheel

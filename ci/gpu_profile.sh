@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight Compute look at the Hopper forward kernel (issue 9), run on the device machine from the
+# Nsight Compute look at the Hopper forward kernel, run on the device machine from the
 # repository root after ci/gpu_stage.sh:  bash ci/gpu_profile.sh [CASE ...]
 # CASE is a bench_attention_gpu --only substring (default: prefill_T128K pt_T8K). Profiles one
 # fast-mode launch of hopper_attn_kernel per case (the 4th: past the 3 warm-ups), clocks left as

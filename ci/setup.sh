@@ -17,10 +17,10 @@ PACKAGES=(
   doxygen libjs-mathjax    # docs target (equations rendered offline by MathJax)
   libcli11-dev             # orthros command line
   nlohmann-json3-dev       # safetensors header, manifests, --json reports
-  pybind11-dev python3-dev python3-numpy  # Python bindings (issue 3)
+  pybind11-dev python3-dev python3-numpy  # Python bindings
   python3-pytest           # runs a port's test of orthros.testing.assert_matches_golden (README, verify/packaging)
   python3-matplotlib       # plotting benchmark results
-  python3-venv             # `pip install .` into a venv (Debian's Python is externally managed; issue 11)
+  python3-venv             # `pip install .` into a venv (Debian's Python is externally managed)
   ninja-build ccache       # the wheel build (scikit-build-core uses Ninja; ccache: a rerun of ctest packaging_wheel takes ~1 min)
   clang libclang-rt-14-dev # libFuzzer + sanitizers for the readers' fuzz targets (ci/fuzz.sh)
 )
@@ -46,7 +46,7 @@ else
   echo "[setup] all ${#PACKAGES[@]} packages present"
 fi
 
-# NCCL for the context-parallel transport (issue 12, docs/context_parallel.md): the pinned
+# NCCL for the context-parallel transport (docs/context_parallel.md): the pinned
 # nvidia-nccl-cu13 wheel, checked against its sha256 and unpacked into .deps/nccl (include/nccl.h,
 # lib/libnccl.so.2; git-ignored, never vendored). CMake finds it there (ORTHROS_NCCL_ROOT).
 # Skipped when already unpacked, when no nvcc is found (CPU-only machine), or ORTHROS_SKIP_NCCL=1.

@@ -1,5 +1,5 @@
 /// \file complexity_cpu.cpp
-/// \brief Complexity micro-benchmarks of the CPU oracle (issue 5; paper §3.3, SPEC §2/§4).
+/// \brief Complexity micro-benchmarks of the CPU oracle (paper §3.3, SPEC §2/§4).
 ///
 /// Sweeps the sequence length and lets Google Benchmark fit big-O (SetComplexityN + Complexity):
 ///   - operator level, per stream: sliding-window base stream O(T*w), output (cross) stream
@@ -17,7 +17,7 @@
 ///     counted with the operator's own key ranges; softmax exp/max/div are NOT counted. Layer
 ///     benchmarks add 2*rows*in*out per projection (RoPE and QK-norm not counted).
 ///   - bytes/s: compulsory traffic, every tensor read or written once (Q, q_out, the K/V rows
-///     the call touches, O, o_out; LSEs not counted), as issue 4 defines it for the kernels.
+///     the call touches, O, o_out; LSEs not counted), as the GPU benchmarks define it.
 #include "orthros/attention.hpp"
 #include "orthros/layer.hpp"
 

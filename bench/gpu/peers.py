@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""What a user would pick instead of the Orthros kernels (issue 4), timed on the same GPU run.
+"""What a user would pick instead of the Orthros kernels, timed on the same GPU run.
 
 - cuDNN's sliding-window forward (nvidia-cudnn-frontend 1.32.0, carried as a wheel in .whl/):
   cudnn.sdpa.fwd.torch_op.sdpa(q, k, v, is_causal=True, window_left=128) = the w=128 window
-  including the current token (issue 9), T=8K/32K/128K
+  including the current token, T=8K/32K/128K
 - SDPA full causal attention, cuDNN and FlashAttention backends (prefill T=32K/128K, PT T=8K/32K)
 - SDPA decode: one query over a 128K cache (batch 1 and 16), FlashAttention and cuDNN backends
 - FlexAttention with a sliding-window block mask (w=128), the base stream alone (T=32K/128K, 8K/32K)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Peers of the Orthros attention backward (issue 10), timed on the same GPU run.
+"""Peers of the Orthros attention backward, timed on the same GPU run.
 
 bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), B=1, T = 8K and 32K:
 - cudnn_window: cuDNN's sliding-window attention through nvidia-cudnn-frontend 1.32.0,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Combines bench_attention_gpu's and peers.py's JSON into issue 9's target table (markdown).
+"""Combines bench_attention_gpu's and peers.py's JSON into the target table (markdown).
 
 Targets (bf16, qwen3-8b attention, w = 128, ratios within one run):
   prefill T=32K/128K: ours <= 0.9x cuDNN's sliding-window forward; >= 50% of copy bandwidth at 128K

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown table of the backward benchmark (issue 10): ours vs the peers of the same run.
+"""Markdown table of the backward benchmark: ours vs the peers of the same run.
 Usage: summarize_backward.py OURS.json PEERS.json"""
 import json
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU complexity sweep (issue 5): runs orthros_bench_gpu (bench/gpu_complexity) on the device and
+# GPU complexity sweep: runs orthros_bench_gpu (bench/gpu_complexity) on the device and
 # writes two files, <out>/gpu_complexity.json and <out>/gpu_complexity_long.json (Google Benchmark
 # JSON); the console table, with the fitted big-O of every family, goes to stdout. Plot them
 # afterwards on the build host:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Turns the complexity benchmarks' Google Benchmark JSON into PNGs (issue 5, docs/performance.md).
+"""Turns the complexity benchmarks' Google Benchmark JSON into PNGs (docs/performance.md).
 
 CPU (bench/cpu, orthros_bench_cpu):
   <cpu-prefix>-latency.png   latency vs T on log-log axes: Orthros prefill / PT / decode pair vs full

@@ -1,4 +1,4 @@
-// Context parallelism (issue 12), CPU proofs: the operator computed over R contiguous shards
+// Context parallelism, CPU proofs: the operator computed over R contiguous shards
 // (reference/include/orthros/context_parallel.hpp) equals the single-device oracle
 // orthros_attention for any R in 1..8, any shard sizes (shards shorter than the window, length-1
 // shards, R > T/2), every regime (PT, SFT, prefill, chunked-prefill chunk with P > 0, decode),

@@ -1,4 +1,4 @@
-"""Tests of `orthros.testing.assert_matches_golden` (issue 11) with the NumPy example port.
+"""Tests of `orthros.testing.assert_matches_golden` with the NumPy example port.
 
 Run by ctest twice (label unit):
 - packaging_testing_helper: Debian's /usr/bin/python3 with PYTHONPATH=<build>/python and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest packaging_wheel (issue 11): what a user on Debian does, checked end to end.
+# ctest packaging_wheel: what a user on Debian does, checked end to end.
 #   wheel_test.sh SOURCE_DIR WORK_DIR PYTHON
 # 1. PYTHON -m venv (python3-venv; --system-site-packages so Debian's python3-numpy satisfies the
 #    numpy dependency without a download), then `pip install SOURCE_DIR`: pip's isolated build

@@ -1,4 +1,4 @@
-"""End-to-end tests of the layer-level golden suite (issue 11): `orthros golden --level layer`,
+"""End-to-end tests of the layer-level golden suite: `orthros golden --level layer`,
 `orthros check` on layer suites and cases, and the NumPy layer port with its broken variants.
 
 Run by ctest (label unit) with ORTHROS=<path of the orthros binary> and PORT_DIR=<examples/pytorch_port>.

@@ -1,5 +1,5 @@
 /// \file context_parallel.hpp
-/// \brief Context parallelism for Orthros attention (issue 12), written plainly on the CPU: the
+/// \brief Context parallelism for Orthros attention, written plainly on the CPU: the
 /// decomposition a multi-GPU implementation performs, one rank after another, so that it can be
 /// proved equal to the single-device operator orthros::orthros_attention (attention.hpp).
 ///
@@ -80,7 +80,7 @@ inline std::string format_lengths(const std::vector<Eigen::Index>& v) {
 /// \throws orthros::Error (a std::invalid_argument) when `shard_lengths` is empty, an entry is
 ///   < 1, or the entries do not sum to `total`; the message names `shard_lengths`, the offending
 ///   entry and the whole vector.
-/// Source: issue 12 ("a sequence cut into R contiguous shards").
+/// Source: docs/context_parallel.md (a sequence cut into R contiguous shards).
 inline ShardLayout make_shard_layout(const std::vector<Eigen::Index>& shard_lengths, Eigen::Index total) {
   require(!shard_lengths.empty(), "shard_lengths must name at least one rank (got an empty vector for ", total,
           " cache rows)");
@@ -100,7 +100,7 @@ inline ShardLayout make_shard_layout(const std::vector<Eigen::Index>& shard_leng
 
 /// A KV cache left sharded: rank r holds the keys and values of its own shard only.
 /// `k[r]`, `v[r]`: `[len_r, H_kv*D]` row-major (rows are the shard's positions in order, the
-/// `[len_r, H_kv, D]` layout of tensor.hpp). Source: issue 12 ("the KV cache left sharded").
+/// `[len_r, H_kv, D]` layout of tensor.hpp). Source: docs/context_parallel.md (the KV cache left sharded).
 template <typename S>
 struct ShardedKV {
   std::vector<Mat<S>> k;  ///< k[r]: keys of rank r's shard, [len_r, H_kv*D]
@@ -194,7 +194,7 @@ struct Halo {
   std::vector<int> from_ranks; ///< the previous ranks the rows came from, ascending (empty: no halo)
 };
 
-/// The halo rule (issue 12): rank r's base queries at rows t >= start_r see keys down to row
+/// The halo rule: rank r's base queries at rows t >= start_r see keys down to row
 /// t-w+1 >= start_r-(w-1), so rank r needs the `min(w-1, start_r)` rows before its shard and
 /// nothing else. They are received from the previous rank(s): from rank r-1, and from r-2, r-3, ...
 /// when the shards in between are shorter than w-1. On GPUs this is a send/recv from each of
@@ -226,7 +226,7 @@ Halo<S> receive_halo(const ShardedKV<S>& cache, const ShardLayout& layout, int r
   return h;
 }
 
-/// The window stream of one rank (paper Eq. 2, left; issue 12): for each base query of this call
+/// The window stream of one rank (paper Eq. 2, left): for each base query of this call
 /// held by rank r (cache rows `first_row .. first_row + q.rows() - 1`, all inside the shard)
 ///   o_t = softmax_{j in [max(0, t-w+1), t]}(s q_t.k_j) v_j,
 /// computed by orthros::attend_row on the rank's local keys `[halo; shard]`. The key rows and
@@ -285,7 +285,7 @@ struct PartialStates {
   Mat<AccumT<S>> lse;  ///< [T_out, H_q]   LSE over the state's keys; -inf for an empty state
 };
 
-/// One rank's partial states for every output query of the call (issue 12: split-KV over the
+/// One rank's partial states for every output query of the call (split-KV over the
 /// ranks' shards): output query i at cache row `first_out_row + i` sees cache rows `[0, t]`;
 /// of those, rank r holds `[start_r, min(t, end_r - 1)]`, on which orthros::attend_row gives
 /// (o_r, lse_r). Rows with t < start_r get the empty state. On GPUs the output queries are
@@ -321,7 +321,7 @@ PartialStates<S> rank_output_partials(const Mat<S>& q_out, Eigen::Index first_ou
 }
 
 /// Merges partial states over disjoint key sets into the state over their union, in rank order
-/// (issue 12; the split-KV / FlashDecoding merge). Per output row and head, over the non-empty
+/// (the split-KV / FlashDecoding merge). Per output row and head, over the non-empty
 /// states r = 0, 1, ... in ascending order, in `AccumT<S>`:
 /// \f[
 ///   M = \max_r \mathrm{lse}_r,\quad
@@ -400,7 +400,7 @@ PartialStates<S> merge_partial_states(const std::vector<PartialStates<S>>& state
   return m;
 }
 
-/// The Orthros attention operator computed context-parallel over a sharded KV cache (issue 12):
+/// The Orthros attention operator computed context-parallel over a sharded KV cache:
 /// the same inputs and result as orthros::orthros_attention, with k/v held as R shards.
 ///
 /// Per rank r, using only its own shard, its halo and the broadcast output queries:
@@ -472,7 +472,7 @@ AttentionResult<S> context_parallel_attention(const Mat<S>& q, const ShardedKV<S
   return result;
 }
 
-/// One decode step over a sharded cache (issue 12; SPEC §4 decode: T = T_out = 1, P = N): the
+/// One decode step over a sharded cache (SPEC §4 decode: T = T_out = 1, P = N): the
 /// new token's key/value are appended to the **last** rank's shard (the cache stays sharded and
 /// grows there), then the base query attends to its window (the last rank's shard plus its halo
 /// when the shard is shorter than w) and the output query is split-KV over all shards, merged

@@ -1,5 +1,5 @@
 /// \file context_parallel.hpp
-/// \brief Context parallelism on GPUs (issue 12, docs/context_parallel.md): one sequence's KV
+/// \brief Context parallelism on GPUs (docs/context_parallel.md): one sequence's KV
 /// cache cut into R contiguous shards, one per rank (GPU), computed with the single-GPU operator
 /// orthros::cuda::attention_forward (no new attention kernel) plus a small LSE-merge kernel.
 /// The CPU oracle of the same decomposition is reference/include/orthros/context_parallel.hpp.
@@ -39,7 +39,7 @@
 ///     (cp_state_splits() > 0): each rank's attention_forward call is split over its shard and
 ///     its fp32 split states (m, l, acc: the operator's split-KV workspace) are gathered to the
 ///     last rank and merged as ONE chain in rank and split order with the operator's own merge
-///     arithmetic (merge_coeffs/merge_val/state_lse of common.cuh). Deterministic mode with every
+///     arithmetic (merge_coeffs/merge_val/state_lse of cuda/src/common/device.cuh). Deterministic mode with every
 ///     shard start a multiple of kDeterministicChunk and every shard longer than one chunk: the
 ///     splits are the single GPU's chunks, so o_out/lse_out are **bitwise** equal to one GPU.
 ///     Fast mode: split counts per rank are fixed by the layout (cp_state_splits()); one rounding
@@ -105,7 +105,7 @@ struct CpHalo {
   std::vector<CpHaloPiece> pieces;  ///< who sends which rows, ascending rank
 };
 
-/// The halo of `rank` (issue 12's halo rule plus the alignment above). Depends only on start_r,
+/// The halo of `rank` (the halo rule of docs/context_parallel.md plus the alignment above). Depends only on start_r,
 /// so it stays valid while the last shard grows by decode steps.
 /// \throws orthros::Error when `rank` is not in [0, R) or `window < 1`.
 CpHalo cp_halo(const CpLayout& layout, int rank, std::int64_t window, bool deterministic);
@@ -198,7 +198,7 @@ void cp_window_stream(const AttentionConfig& cfg, const CpLayout& layout, int ra
 void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int rank, std::int64_t T_out,
                         const CpRankBuffers& b, cudaStream_t stream = nullptr);
 
-/// The LSE merge in rank order of R partial states (issue 12; orthros::merge_partial_states):
+/// The LSE merge in rank order of R partial states (orthros::merge_partial_states):
 /// per output row and query head, over the non-empty states (lse > -inf), in float32:
 /// `M = max lse_r, e_r = exp(lse_r - M), L = sum_r e_r (ascending r), o = sum_r (e_r / L) o_r,
 /// lse = M + log L` (this sum in float64, rounded once); o rounded once to the dtype. One state:
@@ -300,7 +300,7 @@ struct CpOptions {
   cudaStream_t comm_stream = nullptr;
 };
 
-/// The Orthros attention operator computed context-parallel (issue 12): T base queries (the
+/// The Orthros attention operator computed context-parallel: T base queries (the
 /// last T cache rows of the sequence, N = layout.total(), P = N - T) and T_out output queries
 /// (the last T_out rows), over the sharded cache. For the ranks of `tr.local_ranks()` (buffers in
 /// `local`, same order): interior window rows, halo exchange (comm stream), boundary window rows,
