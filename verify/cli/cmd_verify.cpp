@@ -130,11 +130,13 @@ class Verifier {
       }
       chunkings = {{"w-1", by_window}, {"1, T/3, rest", uneven}, {"random", random}};
     }
-    for (auto& [name, sizes] : chunkings)
+    for (auto& [name, chunk_sizes] : chunkings) {
+      const std::vector<Eigen::Index>& sizes = chunk_sizes;  // a C++17 lambda cannot capture a binding
       timed("chunked prefill (" + name + ", " + std::to_string(sizes.size()) + " chunks)", [&](Row& row) {
         ModelCache<S> cache = empty_cache<S>(c_);
         compare(row, prefill_chunked(w_, c_, tokens, sizes, cache), pt, T - 1);
       });
+    }
     timed("prefill T/2 + decode T/2 steps", [&](Row& row) {
       ModelCache<S> cache = empty_cache<S>(c_);
       const int half = T / 2;

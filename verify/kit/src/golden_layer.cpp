@@ -144,8 +144,11 @@ LayerSpec layer_named(LayerSpec l, std::string name, std::string regime, std::st
 /// positions, crossing the window twice), then tiny edges (w = 1, GQA 7, SFT over a cache).
 std::vector<LayerSpec> build_layer_suite(std::uint64_t seed, json& groups) {
   std::vector<LayerSpec> out;
-  for (const auto& [config, prefix] : {std::pair<std::string, std::string>{"qwen3-8b", "qwen3_8b"},
-                                       {"llama3.1-8b", "llama3_1_8b"}}) {
+  for (const auto& config_prefix : {std::pair<std::string, std::string>{"qwen3-8b", "qwen3_8b"},
+                                     {"llama3.1-8b", "llama3_1_8b"}}) {
+    // Named copies: a lambda below captures them (C++17 lambdas cannot capture structured bindings).
+    const std::string& config = config_prefix.first;
+    const std::string& prefix = config_prefix.second;
     const AttentionConfig cfg = attention_config(config);
     const AttentionWeights<double> w = layer_weights(seed, config, cfg, kLayerDModel);
     const std::int64_t win = cfg.window;
