@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -39,6 +40,15 @@ inline std::uint64_t fnv1a(const std::string& s) {
 }
 
 inline Mat<double> random_mat(Index rows, Index cols, SplitMix& g, double amp) { return verify::nonzero_mat(rows, cols, g, amp); }
+
+/// Writes `root/manifest.json` (two-space indent, trailing newline); throws orthros::Error naming
+/// the file when it cannot be opened or written.
+inline void write_manifest(const fs::path& root, const json& manifest) {
+  std::ofstream mf(root / "manifest.json", std::ios::binary | std::ios::trunc);
+  require(static_cast<bool>(mf), "--out: cannot write ", (root / "manifest.json").string());
+  mf << manifest.dump(2) << "\n";
+  require(static_cast<bool>(mf), "--out: failed writing ", (root / "manifest.json").string());
+}
 
 /// Decimal text of an index, for case names and descriptions.
 inline std::string I(Index x) { return std::to_string(x); }

@@ -345,10 +345,7 @@ std::size_t write_layer_suite(const GoldenOptions& a) {
                           {"finite", "no NaN/Inf in any output"}}},
       {"groups", groups},
       {"cases", cases}};
-  std::ofstream mf(root / "manifest.json", std::ios::binary | std::ios::trunc);
-  require(static_cast<bool>(mf), "--out: cannot write ", (root / "manifest.json").string());
-  mf << manifest.dump(2) << "\n";
-  require(static_cast<bool>(mf), "--out: failed writing ", (root / "manifest.json").string());
+  write_manifest(root, manifest);
   return specs.size();
 }
 

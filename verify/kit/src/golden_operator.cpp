@@ -408,10 +408,7 @@ std::size_t write_operator_suite(const GoldenOptions& a) {
                                           "oracle_at_dtype_maxabs (oracle forward + backward at the dtype)";
   }
   for (auto it = rest.begin(); it != rest.end(); ++it) manifest[it.key()] = it.value();
-  std::ofstream mf(root / "manifest.json", std::ios::binary | std::ios::trunc);
-  require(static_cast<bool>(mf), "--out: cannot write ", (root / "manifest.json").string());
-  mf << manifest.dump(2) << "\n";
-  require(static_cast<bool>(mf), "--out: failed writing ", (root / "manifest.json").string());
+  write_manifest(root, manifest);
   return specs.size();
 }
 
