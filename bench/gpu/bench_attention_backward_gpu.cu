@@ -2,8 +2,9 @@
 // CUDA-event timing, median of N timed samples after 3 warm-ups, the L2 flushed before every
 // sample, canaries checked after every sample. PT (T_out = T) and SFT (T_out = T/4) training
 // steps at T = 8K and 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both
-// modes (the backward has no non-deterministic path, so this measures the cost of
-// `deterministic` = 1.00x), the forward for scale, and the two kernels alone (dq, dkdv: the
+// modes (on an H100/H200 the fast mode folds dq into the wgmma kernel, the deterministic mode adds
+// the query-outer dq kernel), the generic (mma.sync) path, the forward for scale, and the two
+// halves alone (dq: the query-outer kernel; dkdv: the KV-block-outer kernel without dq; the
 // internal entries of cuda/src/backward/attention_backward_parts.hpp). Then the
 // attention LAYER at qwen3-8b's d_model = 4096 (PT): attention_layer_forward and
 // attention_layer_backward (the recomputed forward, cuBLAS projection gradients, the operator
@@ -86,6 +87,10 @@ int run(int argc, char** argv) {
         rows.push_back({tag + (det ? "_bwd_det" : "_bwd"), shape, ms, 0, bwd_flops});
       }
       c.deterministic = false;
+      c.kernel = orthros::cuda::KernelPath::generic;
+      rows.push_back({tag + "_bwd_generic", shape,
+                      median_ms([&] { orthros::cuda::attention_backward(c, lay, bb, nullptr); }, runs), 0, bwd_flops});
+      c.kernel = orthros::cuda::KernelPath::automatic;
       if (T_out == T) {
         for (const char* part : {"dq", "dkdv"}) {
           const auto only = part[1] == 'q' ? orthros::cuda::detail::attention_backward_dq_only

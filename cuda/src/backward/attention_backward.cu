@@ -1,9 +1,15 @@
 // Dispatch of the Orthros attention backward (SPEC §9): validation, the pre-pass, and the choice of
-// the dq and dk/dv kernels per regime: bf16/f16 with D = 64/128 run the tensor-core kernels
-// (backward/mma_dq_kernel.cuh, backward/mma_dkdv_kernel.cuh), everything else the SIMT kernels
-// (backward/simt_kernels.cuh). The pre-pass is backward/delta_kernel.cuh.
+// the kernels per regime. The pre-pass is backward/delta_kernel.cuh; then
+//   Hopper path (sm_90, bf16/f16, D = 64/128, cfg.kernel != generic): the KV-block-outer wgmma
+//     kernel (backward/attention_backward_hopper.cu) computes dk/dv and, in the fast mode, dq into
+//     a float32 accumulator that backward/dq_convert_kernel.cuh scales and rounds; in the
+//     deterministic mode it computes dk/dv only and dq comes from the query-outer kernel;
+//   generic path: bf16/f16 with D = 64/128 run the mma.sync kernels (backward/mma_dq_kernel.cuh,
+//     backward/mma_dkdv_kernel.cuh), everything else the SIMT kernels (backward/simt_kernels.cuh).
+#include "backward/attention_backward_hopper.hpp"
 #include "backward/attention_backward_parts.hpp"
 #include "backward/delta_kernel.cuh"
+#include "backward/dq_convert_kernel.cuh"
 #include "backward/mma_dkdv_kernel.cuh"
 #include "backward/mma_dq_kernel.cuh"
 #include "backward/simt_kernels.cuh"
@@ -24,11 +30,29 @@ void validate_backward(const AttentionConfig& c, const BatchLayout& b) {
             i, "] must equal q_lens[", i, "] (got cache_lens = ", b.cache_lens[i], ", q_lens = ", b.q_lens[i], ")");
 }
 
-std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
-  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
+bool use_mma(const AttentionConfig& c) { return c.dtype != DType::f32 && (c.head_dim == 64 || c.head_dim == 128); }
+
+/// The Hopper backward applies (throws when kernel = hopper is asked of a GPU without it).
+bool use_hopper(const AttentionConfig& c) {
+  if (c.kernel == KernelPath::hopper)
+    require(hopper_kernels_available(), "kernel = hopper needs a compute capability 9.0 GPU (H100/H200, sm_90a)");
+  return use_mma(c) && c.kernel != KernelPath::generic && hopper_kernels_available();
 }
 
-bool use_mma(const AttentionConfig& c) { return c.dtype != DType::f32 && (c.head_dim == 64 || c.head_dim == 128); }
+/// Bytes of the pre-pass's Δ and lse2, rounded up to 256 (the dq accumulator follows).
+std::size_t prepass_ws(const AttentionConfig& c, const BatchLayout& b) {
+  const std::size_t n = static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
+  return (n + 255) / 256 * 256;
+}
+
+/// The Hopper fast mode's float32 dq accumulator: [total_q + total_out][H_q][D].
+std::size_t dq_acc_ws(const AttentionConfig& c, const BatchLayout& b) {
+  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * c.head_dim * sizeof(float);
+}
+
+std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
+  return prepass_ws(c, b) + (use_hopper(c) && !c.deterministic ? dq_acc_ws(c, b) : 0);
+}
 
 template <typename Kernel>
 void set_smem(Kernel k, int bytes, bool& configured) {
@@ -44,18 +68,19 @@ struct Parts {
   bool dq = true, dkdv = true;
 };
 
+/// The mma.sync kernels of one sequence group (dq: query-outer; dk/dv: KV-block-outer, 64 keys).
 template <typename T, int D>
-void launch_mma_bwd(const BwdParams& bp, const Parts& only, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
+void launch_mma_bwd(const BwdParams& bp, bool dq, bool dkdv, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
   constexpr int dq_smem = static_cast<int>(sizeof(BwdDqSmem<T, D>));
   constexpr int kv_smem = static_cast<int>(sizeof(BwdKvSmem<T, D>));
   static bool cfg_dq = false, cfg_kv = false;
   set_smem(mma_bwd_dq_kernel<T, D>, dq_smem, cfg_dq);
   set_smem(mma_bwd_dkdv_kernel<T, D>, kv_smem, cfg_kv);
-  if (grid_dq.x > 0 && only.dq) {
+  if (grid_dq.x > 0 && dq) {
     mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dq_kernel");
   }
-  if (grid_kv.x > 0 && only.dkdv) {
+  if (grid_kv.x > 0 && dkdv) {
     mma_bwd_dkdv_kernel<T, D><<<grid_kv, 128, kv_smem, stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dkdv_kernel");
   }
@@ -106,9 +131,15 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
         static_cast<const T*>(buf.d_o_out), buf.lse, buf.lse_out, bp.delta, bp.lse2, tq, rows, Hq, D);
     ORTHROS_CUDA_LAUNCH_CHECK("delta_kernel");
   }
-  const bool mma = use_mma(c);
+  const bool mma = use_mma(c), hopper = use_hopper(c);
+  // Hopper fast mode: dq from the KV-block-outer kernel's float32 accumulator (zeroed here, scaled
+  // and rounded by the post-pass). Otherwise dq from the query-outer kernel.
+  const bool fused_dq = hopper && !c.deterministic && only.dq && only.dkdv;
+  float* dq_acc = fused_dq ? reinterpret_cast<float*>(reinterpret_cast<char*>(ws) + prepass_ws(c, b)) : nullptr;
+  if (fused_dq) ORTHROS_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, dq_acc_ws(c, b), stream));
+  const bool run_dq = only.dq && !fused_dq, run_dkdv = only.dkdv || fused_dq;
   const int bm = mma ? kBwdDqBM : kSimtBwdWarps;
-  const int bn_kv = mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
+  const int bn_kv = hopper ? kHopperBwdKeys : mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
   int q_off = 0, out_off = 0;
   const std::int64_t kv_stride = buf.capacity * c.num_kv_heads * D;
   for (int s0 = 0; s0 < b.batch(); s0 += kMaxSeqPerLaunch) {
@@ -132,23 +163,38 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     const dim3 grid_dq(static_cast<unsigned>(gxq), 1, ns);
     const dim3 grid_kv(static_cast<unsigned>(gxk), 1, ns);
     if (!mma) {
-      if (gx > 0 && only.dq) {
+      if (gx > 0 && run_dq) {
         simt_bwd_dq_kernel<T><<<grid_dq, kSimtBwdWarps * 32, 0, stream>>>(bp);
         ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dq_kernel");
       }
-      if (max_kv_blocks > 0 && only.dkdv) {
+      if (max_kv_blocks > 0 && run_dkdv) {
         simt_bwd_dkdv_kernel<T><<<grid_kv, kSimtBwdWarps * 32, 0, stream>>>(bp);
         ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dkdv_kernel");
       }
       continue;
     }
     if constexpr (!std::is_same_v<T, float>) {
-      if (D == 64)
-        launch_mma_bwd<T, 64>(bp, only, grid_dq, grid_kv, stream);
-      else if (D == 128)
-        launch_mma_bwd<T, 128>(bp, only, grid_dq, grid_kv, stream);
-      else
-        require(false, "internal: no tensor-core backward kernel for D = ", D);
+      require(D == 64 || D == 128, "internal: no tensor-core backward kernel for D = ", D);
+      if (hopper) {
+        if (D == 64) launch_mma_bwd<T, 64>(bp, run_dq, false, grid_dq, grid_kv, stream);
+        if (D == 128) launch_mma_bwd<T, 128>(bp, run_dq, false, grid_dq, grid_kv, stream);
+        if (run_dkdv && max_kv_blocks > 0)
+          launch_hopper_backward(c.dtype, bp, HopperBwdGeometry{tq, to}, dq_acc, grid_kv, stream);
+      } else if (D == 64) {
+        launch_mma_bwd<T, 64>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream);
+      } else {
+        launch_mma_bwd<T, 128>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream);
+      }
+    }
+  }
+  if constexpr (!std::is_same_v<T, float>) {
+    if (fused_dq) {
+      const long long n_base = tq * Hq * D, n_all = rows * Hq * D;
+      const long long blocks = std::min<long long>((n_all / 4 + 255) / 256, 65535LL * 8);
+      dq_convert_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+          reinterpret_cast<const float4*>(dq_acc), static_cast<T*>(buf.dq), static_cast<T*>(buf.dq_out), n_base, n_all,
+          bp.scale);
+      ORTHROS_CUDA_LAUNCH_CHECK("dq_convert_kernel");
     }
   }
 }
@@ -208,6 +254,10 @@ void backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBac
 std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch) {
   validate_backward(cfg, batch);
   return backward_ws(cfg, batch);
+}
+
+bool attention_backward_is_reproducible(const AttentionConfig& cfg) {
+  return cfg.deterministic || !use_hopper(cfg);
 }
 
 void attention_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf,

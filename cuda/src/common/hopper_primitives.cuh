@@ -78,6 +78,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// ---- global reductions ---------------------------------------------------------------------
+/// Adds (x, y) to the float pair at p (global memory, 8-byte aligned) without returning the old
+/// values; relaxed, gpu scope (the backward's fp32 dq accumulation). Vector red needs sm_90.
+__device__ __forceinline__ void red_add_v2(float* p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+
 // ---- proxies, wgmma ordering ---------------------------------------------------------------
 /// Orders this thread's view of shared memory (generic proxy: cp.async, st.shared) before later
 /// reads by the tensor cores (async proxy).
@@ -105,8 +112,13 @@ enum NamedBarrier : int {
   kBarSyncThreads = 0,
   kBarTurnRing = 1,
   kBarTurnRingEnd = kBarTurnRing + 4,  // at most 4 consumer warpgroups
+  // Hopper backward (backward/attention_backward_hopper.cu): the consumers' K/V load, and the
+  // dS^T tile complete in shared memory (kBarBwdDs: both warpgroups; + 1 + wg: warpgroup wg alone).
+  kBarBwdKvLoaded = kBarTurnRingEnd,
+  kBarBwdDs,
+  kBarBwdDsEnd = kBarBwdDs + 3,
 };
-static_assert(kBarTurnRingEnd <= 16, "a CTA has 16 named barriers");
+static_assert(kBarBwdDsEnd <= 16, "a CTA has 16 named barriers");
 
 /// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads (a multiple of 32): sync waits
 /// for the barrier's phase to complete, arrive counts this warp's threads without waiting. The
@@ -147,6 +159,12 @@ __device__ __forceinline__ int sw128(int row, int ch) {
   return (ch >> 3) * (ROWS * 64) + row * 64 + (((ch & 7) ^ (row & 7)) << 3);
 }
 
+/// sw128<ROWS> (common/hopper_primitives.cuh) as a callable, for the tile loaders.
+template <int ROWS>
+struct Sw128 {
+  __device__ __forceinline__ int operator()(int row, int ch) const { return sw128<ROWS>(row, ch); }
+};
+
 // ---- wgmma ---------------------------------------------------------------------------------
 /// d (64x64) = A (64x16, K-major smem) * B (16x64: B stored [n][k], K-major smem)^T + scale_d * d.
 template <typename T>
@@ -155,12 +173,26 @@ __device__ void wgmma_ss_m64n64k16(float (&d)[8][4], uint64_t desc_a, uint64_t d
 template <typename T, int N>
 __device__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d);
 
+/// d (64x64) = A (64x16, MN-major smem: stored [k][m]) * B (16x64, MN-major smem: stored [k][n])
+/// + scale_d * d: both operands transposed (the backward's dQ = dS K from dS^T and K in shared memory).
+template <typename T>
+__device__ void wgmma_ss_tt_m64n64k16(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int scale_d);
+
 template <>
 __device__ __forceinline__ void wgmma_ss_m64n64k16<__nv_bfloat16>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
                                                           int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss_tt_m64n64k16<__nv_bfloat16>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                                          int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
@@ -188,6 +220,15 @@ __device__ __forceinline__ void wgmma_ss_m64n64k16<__half>(float (&d)[8][4], uin
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss_tt_m64n64k16<__half>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                                          int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }

@@ -72,12 +72,6 @@ struct SmemAcc {
   __device__ void set(int j, int e, float v) const { p[(j * 4 + e) * stride] = v; }
 };
 
-/// sw128<ROWS> (common/hopper_primitives.cuh) as a callable, for the tile loaders.
-template <int ROWS>
-struct Sw128 {
-  __device__ __forceinline__ int operator()(int row, int ch) const { return sw128<ROWS>(row, ch); }
-};
-
 /// Kernel parameters: the generic kernels' parameters plus the TMA descriptors.
 struct HopperParams {
   KernelParams p;
@@ -382,11 +376,11 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-/// Row-major tensor of `rank` dims (dims[0] innermost, in elements; strides in bytes for dims 1..)
-/// read in boxes with the 128-byte swizzle, zeros outside the tensor. Encoded maps are cached per
-/// thread (the last 16 distinct ones): a decode loop calls with the same buffers every step, and
-/// the encode would otherwise add host time to every call.
-void encode(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+// Encoded maps are cached per thread (the last 16 distinct ones): a decode loop calls with the
+// same buffers every step, and the encode would otherwise add host time to every call.
+}  // namespace
+
+void encode_tensor_map(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
             const cuuint32_t* box, const char* what) {
   struct Key {
     const void* ptr;
@@ -427,6 +421,17 @@ void encode(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint6
   used = used < 16 ? used + 1 : 16;
 }
 
+
+void encode_gqa_rows_map(CUtensorMap* map, DType dt, const void* ptr, long long tokens, int Hq, int D, int group,
+                         int block_rows, const char* what) {
+  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(Hq), cuuint64_t(tokens)};
+  const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(Hq) * D * 2};
+  const cuuint32_t box[3] = {64, cuuint32_t(group), cuuint32_t(block_rows / group)};
+  encode_tensor_map(map, dt, ptr, 3, dims, strides, box, what);
+}
+
+namespace {
+
 HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo, long long gx) {
   HopperParams hp{};
   hp.p = kp;
@@ -439,22 +444,14 @@ HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const
     const cuuint64_t dims[2] = {cuuint64_t(kp.Hkv) * D, cuuint64_t(geo.kv_rows)};
     const cuuint64_t strides[1] = {cuuint64_t(kp.Hkv) * D * 2};
     const cuuint32_t box[2] = {64, 64};
-    encode(&hp.tm_k, dt, kp.k, 2, dims, strides, box, "k_cache");
-    encode(&hp.tm_v, dt, kp.v, 2, dims, strides, box, "v_cache");
+    encode_tensor_map(&hp.tm_k, dt, kp.k, 2, dims, strides, box, "k_cache");
+    encode_tensor_map(&hp.tm_v, dt, kp.v, 2, dims, strides, box, "v_cache");
   }
   // Q: [tokens][H_q][D] in boxes of whole tokens (BM / group of them) x the group's heads.
   hp.tma_q = 64 % kp.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
   if (hp.tma_q) {
-    const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(kp.Hq) * D * 2};
-    const cuuint32_t box[3] = {64, cuuint32_t(kp.group), cuuint32_t(BM / kp.group)};
-    if (geo.total_q > 0) {
-      const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(kp.Hq), cuuint64_t(geo.total_q)};
-      encode(&hp.tm_q, dt, kp.q, 3, dims, strides, box, "q");
-    }
-    if (geo.total_out > 0) {
-      const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(kp.Hq), cuuint64_t(geo.total_out)};
-      encode(&hp.tm_qo, dt, kp.q_out, 3, dims, strides, box, "q_out");
-    }
+    if (geo.total_q > 0) encode_gqa_rows_map(&hp.tm_q, dt, kp.q, geo.total_q, kp.Hq, D, kp.group, BM, "q");
+    if (geo.total_out > 0) encode_gqa_rows_map(&hp.tm_qo, dt, kp.q_out, geo.total_out, kp.Hq, D, kp.group, BM, "q_out");
   }
   return hp;
 }

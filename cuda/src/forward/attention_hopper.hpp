@@ -5,10 +5,26 @@
 #include "common/device.cuh"
 #include "common/tile_config.cuh"
 
+#include <cuda.h>
+
 namespace orthros::cuda::detail {
 
 /// True when the current device runs sm_90a code (compute capability 9.0: H100, H200, GH200).
 bool hopper_kernel_available();
+
+/// Encodes a TMA descriptor of a row-major bf16/f16 tensor of `rank` (2 or 3) dims (dims[0]
+/// innermost, in elements; strides in bytes for dims 1..) read in boxes of `box` elements with the
+/// 128-byte swizzle and zeros outside the tensor. Maps are cached per thread (the last 16).
+/// \throws CudaError when the driver cannot encode it (names `what`).
+void encode_tensor_map(CUtensorMap* map, DType dt, const void* ptr, int rank, const cuuint64_t* dims,
+                       const cuuint64_t* strides, const cuuint32_t* box, const char* what);
+
+/// The TMA descriptor of a query-like tensor [tokens][H_q][D] (q, q_out, dO, dO_out) read in GQA
+/// row blocks: a box of 64 dims x the group's `group` heads x block_rows / group tokens (rows
+/// r = token * group + head, as the kernels number them; needs 64 % group == 0 and
+/// block_rows % group == 0). \throws CudaError as encode_tensor_map.
+void encode_gqa_rows_map(CUtensorMap* map, DType dt, const void* ptr, long long tokens, int Hq, int D, int group,
+                         int block_rows, const char* what);
 
 /// Rows per CTA of the Hopper kernel: kHopperWarpgroupRows per consumer warpgroup.
 constexpr int hopper_block_rows(int nwg) { return kHopperWarpgroupRows * nwg; }

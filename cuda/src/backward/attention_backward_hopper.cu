@@ -1,0 +1,402 @@
+// Hopper (sm_90a) backward kernel of the Orthros attention operator (SPEC §9): KV-block-outer,
+// warp-specialized, every product on wgmma.
+//
+// One CTA = 128 keys [j0, j1] of one KV head and sequence (kHopperBwdKeys), two consumer
+// warpgroups of 64 keys each and one producer warpgroup (one warp of it loads). The CTA visits
+// the row blocks (64 rows = (token, query head of the group) pairs, aligned to the sequence start)
+// that see its keys: base blocks of tokens [j0, j1 + w - 1] (the window band), then output blocks
+// from token j0 on (the causal range), in one pass.
+//   producer warp: Q and dO of each row block by TMA (a box of whole tokens x the group's heads;
+//     cp.async with zero-fill when the group does not divide 64), lse2 and Δ of its rows by
+//     cp.async, into a two-stage ring (full/empty mbarriers).
+//   consumer warpgroup (keys are the M dimension, transposed products):
+//     S^T = K Q^T, dP^T = V dO^T        wgmma, both operands in shared memory
+//     P^T = exp2(S^T s log2e - lse2), masked to each row's keys; dS^T = P^T (dP^T - Δ)
+//     dV += P^T dO, dK += dS^T Q        wgmma, P^T / dS^T from registers, dO / Q transposed
+//     dQ  = dS K                        wgmma, dS^T (stored to shared memory) and K transposed;
+//                                       at D = 128 each warpgroup takes 64 of the output columns
+//                                       over all 128 keys, at D = 64 all columns over its own keys
+//     the dQ tile is added to a float32 accumulator in global memory (red.global.add.v2.f32) and a
+//     post-pass (attention_backward.cu) scales and rounds it. dK and dV stay in registers over
+//     all row blocks and are written once.
+// The elementwise arithmetic (P, dS, the masks and the single-key rows whose dS is 0) is the
+// mma.sync dk/dv kernel's (backward/mma_dkdv_kernel.cuh). dK and dV are accumulated in a fixed
+// order that depends only on the sequence (bitwise reproducible, batch-invariant). The dq
+// reduction order across CTAs is not fixed; the deterministic mode runs this kernel without dQ
+// (DQ = false) and takes dq from the query-outer kernel (backward/mma_dq_kernel.cuh).
+#include "backward/attention_backward_hopper.hpp"
+#include "common/hopper_primitives.cuh"
+#include "common/tile_loaders.cuh"
+#include "forward/attention_hopper.hpp"
+
+#include <cuda.h>
+
+namespace orthros::cuda::detail {
+
+namespace {
+
+constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows, STAGES = kHopperBwdStages;
+
+/// Shared memory of hopper_bwd_kernel, every tile 1024-byte aligned (the 128-byte swizzle): K and
+/// V of the CTA's keys ([BN][D] as D/64 column blocks of [BN][64]), the ring of Q and dO
+/// ([BQ][D] likewise), lse2 and Δ of their rows, and two buffers of dS^T ([BN keys][BQ rows]:
+/// one column block, rows contiguous, the MN-major A operand of dQ = dS K).
+template <typename T, int D>
+struct HopperBwdSmem {
+  T k[BN * D];
+  T v[BN * D];
+  T q[STAGES][BQ * D];
+  T d_o[STAGES][BQ * D];
+  T ds[2][BN * BQ];
+  float lse2[STAGES][BQ];
+  float delta[STAGES][BQ];
+  uint64_t full[STAGES], empty[STAGES];
+};
+
+/// The kernel's parameters: the backward's parameters, the TMA descriptors of the query-like
+/// tensors and the dq accumulator.
+struct HopperBwdParams {
+  BwdParams b;
+  CUtensorMap tm_q, tm_qo, tm_do, tm_doo;  // [tokens][H_q][D], box 64 x group x (BQ / group)
+  int tma_q;                               // 0: Q and dO by cp.async
+  float* dq_acc;  // [total_q + total_out][H_q][D] float32, zero at entry; unused when !DQ
+};
+
+/// The row blocks that see keys [j0, j1] of sequence sd: nb_base base blocks from rb_base0 (the
+/// tokens whose window covers a key), then nb_out output blocks from rb_out0 (tokens at or after
+/// j0).
+struct KvBlockRows {
+  int nb_base = 0, rb_base0 = 0, nb_out = 0, rb_out0 = 0;
+  __device__ KvBlockRows(const KernelParams& f, const SeqDesc& sd, int j0, int j1) {
+    const long long fpb = sd.cache_len - sd.T, fpo = sd.cache_len - sd.T_out;
+    const long long i_lo = max(0LL, (long long)j0 - fpb);
+    const long long i_hi = min((long long)sd.T - 1, (long long)j1 + f.window - 1 - fpb);
+    if (i_lo <= i_hi) {
+      rb_base0 = (int)(i_lo * f.group / BQ);
+      nb_base = (int)(((i_hi + 1) * f.group - 1) / BQ) - rb_base0 + 1;
+    }
+    const long long o_lo = max(0LL, (long long)j0 - fpo);
+    if (o_lo < sd.T_out) {
+      rb_out0 = (int)(o_lo * f.group / BQ);
+      nb_out = (int)(((long long)sd.T_out * f.group - 1) / BQ) - rb_out0 + 1;
+    }
+  }
+  __device__ int count() const { return nb_base + nb_out; }
+};
+
+/// Row block `it` of the CTA's list: its stream, index, row count, first query row of the stream
+/// in the packed tensors and the cache position of its token 0.
+struct RowBlock {
+  bool is_out;
+  int rb, nrows, qoff, first_pos;
+  __device__ RowBlock(const KernelParams& f, const SeqDesc& sd, const KvBlockRows& br, int it) {
+    is_out = it >= br.nb_base;
+    rb = is_out ? br.rb_out0 + (it - br.nb_base) : br.rb_base0 + it;
+    const int ntok = is_out ? sd.T_out : sd.T;
+    nrows = ntok * f.group;
+    qoff = is_out ? sd.out_off : sd.q_off;
+    first_pos = (int)(sd.cache_len - ntok);
+  }
+};
+
+template <typename T, int D, bool DQ>
+__global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_constant__ HopperBwdParams hp) {
+  constexpr int NQ = BQ / 8, DT = D / 8;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* base =
+      smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
+  auto& sm = *reinterpret_cast<HopperBwdSmem<T, D>*>(base);
+  const BwdParams& p = hp.b;
+  const KernelParams& f = p.f;
+  const SeqDesc& sd = f.seq[blockIdx.z];
+  // KV head fastest: the key blocks that see the most rows (the first ones: every later output row
+  // sees them) start first for every head.
+  const int kvh = blockIdx.x % f.Hkv, group = f.group;
+  const int j0 = blockIdx.x / f.Hkv * BN;
+  if (j0 >= sd.cache_len) return;
+  const int j1 = (int)min((long long)j0 + BN, sd.cache_len) - 1;
+  const KvBlockRows br(f, sd, j0, j1);
+  const int nb = br.count();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      // 32 cp.async arrivals of the producer warp (lse2, Δ; Q/dO when not by TMA) + lane 0's
+      // arrival that announces the TMA bytes (a plain arrival without TMA).
+      mbar_init(&sm.full[s], 33);
+      mbar_init(&sm.empty[s], 256);
+    }
+  }
+  __syncthreads();
+
+  if (warp >= 8) {
+    // ---------------- producer warpgroup: its first warp loads ----------------
+    setmaxnreg_dec<kHopperBwdProducerRegs>();
+    if (warp != 8) return;
+    for (int it = 0; it < nb; ++it) {
+      const int s = it % STAGES;
+      mbar_wait(&sm.empty[s], ((it / STAGES) & 1) ^ 1);
+      const RowBlock rbk(f, sd, br, it);
+      const int r0 = rbk.rb * BQ, r1 = min(rbk.nrows, r0 + BQ) - 1;
+      if (lane == 0) {
+        if (hp.tma_q) {
+          mbar_arrive_expect_tx(&sm.full[s], 2 * BQ * D * sizeof(T));
+          const int tok0 = rbk.qoff + p.group_div.div(r0);
+#pragma unroll
+          for (int cb = 0; cb < D / 64; ++cb) {
+            tma_load_3d(sm.q[s] + cb * BQ * 64, rbk.is_out ? &hp.tm_qo : &hp.tm_q, cb * 64, kvh * group, tok0,
+                        &sm.full[s]);
+            tma_load_3d(sm.d_o[s] + cb * BQ * 64, rbk.is_out ? &hp.tm_doo : &hp.tm_do, cb * 64, kvh * group, tok0,
+                        &sm.full[s]);
+          }
+        } else {
+          mbar_arrive(&sm.full[s]);
+        }
+      }
+      if (!hp.tma_q) {
+        const T* qsrc = static_cast<const T*>(rbk.is_out ? f.q_out : f.q);
+        const T* dosrc = static_cast<const T*>(rbk.is_out ? p.dO_out : p.dO);
+        load_q_tile<BQ, D>(f, GroupFastDiv{p.group_div, group}, rbk.qoff, kvh, r0, r1, lane, 32, Sw128<BQ>{},
+                           [&](int dst, bool ok, const auto& off_of) {
+                             const size_t off = ok ? off_of() : 0;
+                             cp_async16(sm.q[s] + dst, qsrc + off, ok);
+                             cp_async16(sm.d_o[s] + dst, dosrc + off, ok);
+                           });
+      }
+      for (int row = lane; row < BQ; row += 32) {
+        const int r = r0 + row;
+        const bool ok = r <= r1;
+        const int tok = p.group_div.div(r);
+        const long long ridx = ok ? bwd_row_index(p, sd, rbk.is_out, tok, kvh * group + (r - tok * group)) : 0;
+        cp_async4(&sm.lse2[s][row], p.lse2 + ridx, ok);
+        cp_async4(&sm.delta[s][row], p.delta + ridx, ok);
+      }
+      mbar_arrive_cp_async(&sm.full[s]);
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  setmaxnreg_inc<kHopperBwdConsumerRegs>();
+  const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
+  {
+    // K and V of the CTA's keys, zero past j1 (the cache slack may hold anything, even NaN).
+    const size_t kv_row = (size_t)f.Hkv * D;
+    const T* kg = static_cast<const T*>(f.k) + sd.kv_base + (size_t)kvh * D;
+    const T* vg = static_cast<const T*>(f.v) + sd.kv_base + (size_t)kvh * D;
+    load_kv_tile<BN, D>(sm.k, sm.v, kg, vg, j0, [&](int n) { return n <= j1; }, kv_row, tid, 256, Sw128<BN>{});
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();  // cp.async writes (generic proxy) before the tensor cores read them
+    named_bar_sync(kBarBwdKvLoaded, 256);
+  }
+  const int kw0 = wg * 64 + wl * 16;         // this warp's first key, relative to j0
+  const int key0 = j0 + kw0 + g;             // this thread's keys: key0, key0 + 8
+  const int klo = j0 + kw0, khi = klo + 15;  // this warp's keys
+  // A operands K and V (K-major: D contiguous) at this warpgroup's 64 keys; the k16 step kk is
+  // column block kk / 4, 32 bytes into the row.
+  const uint64_t desc_k = desc_sw128(sm.k + wg * 64 * 64, 16, 1024);
+  const uint64_t desc_v = desc_sw128(sm.v + wg * 64 * 64, 16, 1024);
+  float dk[DT][4], dv[DT][4];
+#pragma unroll
+  for (int j = 0; j < DT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
+
+  for (int it = 0; it < nb; ++it) {
+    const int s = it % STAGES;
+    const RowBlock rbk(f, sd, br, it);
+    const int r0 = rbk.rb * BQ;
+    mbar_wait(&sm.full[s], (it / STAGES) & 1);
+    if (!hp.tma_q) fence_proxy_async();  // Q/dO came through cp.async (generic proxy)
+    // ---- S^T = K Q^T, dP^T = V dO^T (B operands K-major: [rows][D]) ----
+    float sacc[NQ][4], pacc[NQ][4];
+    {
+      const uint64_t dq_k = desc_sw128(sm.q[s], 16, 1024), ddo_k = desc_sw128(sm.d_o[s], 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t oa = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
+        const uint32_t ob = ((kk >> 2) * (BQ * 64) + (kk & 3) * 16) * sizeof(T);
+        wgmma_ss_m64n64k16<T>(sacc, desc_advance(desc_k, oa), desc_advance(dq_k, ob), kk > 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t oa = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
+        const uint32_t ob = ((kk >> 2) * (BQ * 64) + (kk & 3) * 16) * sizeof(T);
+        wgmma_ss_m64n64k16<T>(pacc, desc_advance(desc_v, oa), desc_advance(ddo_k, ob), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(sacc);
+      fence_regs(pacc);
+    }
+    // ---- P^T and dS^T (columns are the block's rows) ----
+    {
+      const float* lb = sm.lse2[s];
+      const float* db = sm.delta[s];
+      const int last = min(rbk.nrows, r0 + BQ) - 1;
+      const int pos_first = rbk.first_pos + p.group_div.div(r0), pos_last = rbk.first_pos + p.group_div.div(last);
+      // Every row of the block valid and seeing every key of this warp, none a single-key row:
+      // no mask (same arithmetic).
+      const bool full = r0 + BQ <= rbk.nrows && khi <= j1 && pos_first >= khi && pos_first > 0 &&
+                        (rbk.is_out || (f.window > 1 && (long long)pos_last - klo < f.window));
+#pragma unroll
+      for (int j = 0; j < NQ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = j * 8 + 2 * c + (e & 1);
+          float pe = fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[col]));
+          float ds;
+          if (full) {
+            ds = __fmul_rn(pe, __fsub_rn(pacc[j][e], db[col]));
+          } else {
+            const int r = r0 + col, kp = key0 + 8 * (e >> 1);
+            const int pos = rbk.first_pos + p.group_div.div(r);
+            const bool ok = r < rbk.nrows && kp <= pos && (rbk.is_out || (long long)(pos - kp) < f.window);
+            const bool single = pos == 0 || (!rbk.is_out && f.window == 1);  // the row sees one key: dS = 0
+            if (!ok) pe = 0.f;
+            ds = (ok && !single) ? __fmul_rn(pe, __fsub_rn(pacc[j][e], db[col])) : 0.f;
+          }
+          sacc[j][e] = pe;  // P^T
+          pacc[j][e] = ds;  // dS^T
+        }
+    }
+    uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) {
+      pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+      pack_a<T>(da[kk], pacc[2 * kk], pacc[2 * kk + 1]);
+    }
+    if constexpr (DQ) {
+      // dS^T into shared memory: key row kr, row (column) chunk ch at kr * 64 + (ch ^ kr % 8) * 8.
+      T* dsb = sm.ds[it & 1];
+      const int kr = kw0 + g, sw = kr & 7;  // (kr + 8) % 8 == kr % 8
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {
+        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = da[kk][0];
+        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = da[kk][1];
+        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = da[kk][2];
+        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = da[kk][3];
+      }
+      fence_proxy_async();
+    }
+    // ---- dV += P^T dO, dK += dS^T Q (B operands MN-major: [rows][D], D contiguous) ----
+    {
+      const uint64_t ddo_mn = desc_sw128(sm.d_o[s], BQ * 128, 1024), dq_mn = desc_sw128(sm.q[s], BQ * 128, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk)
+        wgmma_rs_tb<T, D>(dv, pa[kk], desc_advance(ddo_mn, kk * 16 * 64 * sizeof(T)), 1);
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk)
+        wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
+      wgmma_commit();
+    }
+    if constexpr (DQ) {
+      // ---- dQ = dS K (A: dS^T, MN-major; B: K [keys][D], MN-major) ----
+      // D = 128: both warpgroups' dS^T, output columns [64 wg, 64 wg + 64) = column block wg of K.
+      // D = 64: this warpgroup's 64 keys, all 64 columns.
+      constexpr int kSteps = D == 128 ? BN / 16 : 64 / 16;
+      if constexpr (D == 128)
+        named_bar_sync(kBarBwdDs, 256);
+      else
+        named_bar_sync(kBarBwdDs + 1 + wg, 128);
+      const T* a0 = D == 128 ? sm.ds[it & 1] : sm.ds[it & 1] + wg * 64 * 64;
+      const T* b0 = D == 128 ? sm.k + wg * BN * 64 : sm.k + wg * 64 * 64;
+      const uint64_t desc_ds = desc_sw128(a0, BN * 128, 1024), desc_kt = desc_sw128(b0, BN * 128, 1024);
+      float qacc[8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)
+        wgmma_ss_tt_m64n64k16<T>(qacc, desc_advance(desc_ds, kk * 16 * 64 * sizeof(T)),
+                                 desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dk);
+      fence_regs(dv);
+      fence_regs(qacc);
+      mbar_arrive(&sm.empty[s]);
+      // The dQ tile's rows: warp wl holds rows 16 wl + g and + 8, columns 8 j + 2 c, + 1.
+      const int colb = D == 128 ? wg * 64 : 0;
+      const long long row_base = rbk.is_out ? p.total_q + sd.out_off : sd.q_off;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + wl * 16 + g + 8 * h;
+        if (r >= rbk.nrows) continue;
+        const int tok = p.group_div.div(r);
+        float* dst = hp.dq_acc + ((size_t)(row_base + tok) * f.Hq + kvh * group + (r - tok * group)) * D + colb + 2 * c;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) red_add_v2(dst + 8 * j, qacc[j][2 * h], qacc[j][2 * h + 1]);
+      }
+    } else {
+      wgmma_wait<0>();
+      fence_regs(dk);
+      fence_regs(dv);
+      mbar_arrive(&sm.empty[s]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = key0 + 8 * h;
+    if (n > j1) continue;
+    const size_t off = ((size_t)(sd.q_off + n) * f.Hkv + kvh) * D;  // P = 0: packed row q_off + n
+    T* dkp = static_cast<T*>(p.dk) + off;
+    T* dvp = static_cast<T*>(p.dv) + off;
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
+      *reinterpret_cast<uint32_t*>(dkp + j * 8 + 2 * c) =
+          Mma<T>::pack(__fmul_rn(dk[j][2 * h], p.scale), __fmul_rn(dk[j][2 * h + 1], p.scale));
+      *reinterpret_cast<uint32_t*>(dvp + j * 8 + 2 * c) = Mma<T>::pack(dv[j][2 * h], dv[j][2 * h + 1]);
+    }
+  }
+}
+
+template <typename T, int D, bool DQ>
+void launch_variant(const HopperBwdParams& hp, dim3 grid, cudaStream_t stream) {
+  constexpr int smem = static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1024;  // +1024: alignment
+  auto kernel = hopper_bwd_kernel<T, D, DQ>;
+  static bool configured = false;  // per instantiation; benign race (idempotent)
+  if (!configured) {
+    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  kernel<<<grid, 3 * 128, smem, stream>>>(hp);
+  ORTHROS_CUDA_LAUNCH_CHECK("hopper_bwd_kernel");
+}
+
+template <typename T>
+void launch_t(int D, bool dq, const HopperBwdParams& hp, dim3 grid, cudaStream_t stream) {
+  if (D == 64) return dq ? launch_variant<T, 64, true>(hp, grid, stream) : launch_variant<T, 64, false>(hp, grid, stream);
+  if (D == 128)
+    return dq ? launch_variant<T, 128, true>(hp, grid, stream) : launch_variant<T, 128, false>(hp, grid, stream);
+  throw Error(::orthros::detail::cat("internal: no Hopper backward kernel for head_dim ", D));
+}
+
+}  // namespace
+
+void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, float* dq_acc,
+                            dim3 grid, cudaStream_t stream) {
+  const KernelParams& f = bp.f;
+  require(dtype != DType::f32 && (f.D == 64 || f.D == 128), "internal: no Hopper backward kernel for dtype ",
+          dtype_name(dtype), ", D = ", f.D);
+  if (grid.x == 0) return;
+  HopperBwdParams hp{};
+  hp.b = bp;
+  hp.dq_acc = dq_acc;
+  hp.tma_q = BQ % f.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
+  if (hp.tma_q) {
+    if (geo.total_q > 0) {
+      encode_gqa_rows_map(&hp.tm_q, dtype, f.q, geo.total_q, f.Hq, f.D, f.group, BQ, "q");
+      encode_gqa_rows_map(&hp.tm_do, dtype, bp.dO, geo.total_q, f.Hq, f.D, f.group, BQ, "d_o");
+    }
+    if (geo.total_out > 0) {
+      encode_gqa_rows_map(&hp.tm_qo, dtype, f.q_out, geo.total_out, f.Hq, f.D, f.group, BQ, "q_out");
+      encode_gqa_rows_map(&hp.tm_doo, dtype, bp.dO_out, geo.total_out, f.Hq, f.D, f.group, BQ, "d_o_out");
+    }
+  }
+  if (dtype == DType::bf16) return launch_t<__nv_bfloat16>(f.D, dq_acc != nullptr, hp, grid, stream);
+  return launch_t<__half>(f.D, dq_acc != nullptr, hp, grid, stream);
+}
+
+}  // namespace orthros::cuda::detail

@@ -1,0 +1,26 @@
+// Host interface of the Hopper backward kernel (attention_backward_hopper.cu, compiled for sm_90a
+// only). attention_backward.cu (the backward's one dispatch place) decides when to use it.
+#pragma once
+
+#include "backward/params.cuh"
+#include "common/tile_config.cuh"
+
+namespace orthros::cuda::detail {
+
+/// Extents of the whole call's query-like tensors (the TMA descriptors cover them; bp.f.seq may
+/// be a subset of the batch).
+struct HopperBwdGeometry {
+  long long total_q;    // rows of q and d_o          [total_q][H_q][D]
+  long long total_out;  // rows of q_out and d_o_out  [total_out][H_q][D]
+};
+
+/// Launches the KV-block-outer wgmma backward over `grid` = (key blocks of kHopperBwdKeys x H_kv,
+/// 1, sequences of bp.f.seq): writes dk and dv of every key, and, when dq_acc is not null, adds
+/// the unscaled dq sums (Σ_j dS_j k_j, float32) of every row to dq_acc [total_q + total_out][H_q][D]
+/// (base rows first; zero at entry; the caller scales and rounds). Needs the pre-pass's bp.delta
+/// and bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error otherwise); CudaError when a TMA
+/// descriptor cannot be encoded or the launch fails.
+void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, float* dq_acc, dim3 grid,
+                            cudaStream_t stream);
+
+}  // namespace orthros::cuda::detail
