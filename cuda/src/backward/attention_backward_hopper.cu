@@ -202,16 +202,19 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   for (int j = 0; j < DT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
-
   for (int it = 0; it < nb; ++it) {
     const int s = it % STAGES;
     const RowBlock rbk(f, sd, br, it);
     const int r0 = rbk.rb * BQ;
     mbar_wait(&sm.full[s], (it / STAGES) & 1);
     if (!hp.tma_q) fence_proxy_async();  // Q/dO came through cp.async (generic proxy)
-    // ---- S^T = K Q^T, dP^T = V dO^T (B operands K-major: [rows][D]) ----
+    // Five wgmma groups per step, each issued as soon as its operands exist, so that the
+    // elementwise work overlaps the tensor cores: G1 S^T and G2 dP^T; P^T (while G2 runs); G3 dV;
+    // dS^T (while G3 runs); G4 dK; G5 dQ.
+    const uint64_t ddo_mn = desc_sw128(sm.d_o[s], BQ * 128, 1024), dq_mn = desc_sw128(sm.q[s], BQ * 128, 1024);
     float sacc[NQ][4], pacc[NQ][4];
     {
+      // ---- G1 S^T = K Q^T, G2 dP^T = V dO^T (B operands K-major: [rows][D]) ----
       const uint64_t dq_k = desc_sw128(sm.q[s], 16, 1024), ddo_k = desc_sw128(sm.d_o[s], 16, 1024);
       wgmma_fence();
 #pragma unroll
@@ -220,6 +223,7 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
         const uint32_t ob = ((kk >> 2) * (BQ * 64) + (kk & 3) * 16) * sizeof(T);
         wgmma_ss_m64n64k16<T>(sacc, desc_advance(desc_k, oa), desc_advance(dq_k, ob), kk > 0);
       }
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t oa = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
@@ -227,71 +231,77 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
         wgmma_ss_m64n64k16<T>(pacc, desc_advance(desc_v, oa), desc_advance(ddo_k, ob), kk > 0);
       }
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(sacc);
-      fence_regs(pacc);
     }
-    // ---- P^T and dS^T (columns are the block's rows) ----
-    {
-      const float* lb = sm.lse2[s];
-      const float* db = sm.delta[s];
-      const int last = min(rbk.nrows, r0 + BQ) - 1;
-      const int pos_first = rbk.first_pos + p.group_div.div(r0), pos_last = rbk.first_pos + p.group_div.div(last);
-      // Every row of the block valid and seeing every key of this warp, none a single-key row:
-      // no mask (same arithmetic).
-      const bool full = r0 + BQ <= rbk.nrows && khi <= j1 && pos_first >= khi && pos_first > 0 &&
-                        (rbk.is_out || (f.window > 1 && (long long)pos_last - klo < f.window));
+    const float* lb = sm.lse2[s];
+    const float* db = sm.delta[s];
+    const int last = min(rbk.nrows, r0 + BQ) - 1;
+    const int pos_first = rbk.first_pos + p.group_div.div(r0), pos_last = rbk.first_pos + p.group_div.div(last);
+    // Every row of the block valid and seeing every key of this warp, none a single-key row: no
+    // mask (same arithmetic).
+    const bool full = r0 + BQ <= rbk.nrows && khi <= j1 && pos_first >= khi && pos_first > 0 &&
+                      (rbk.is_out || (f.window > 1 && (long long)pos_last - klo < f.window));
+    // ---- P^T (columns are the block's rows), masked to each row's keys ----
+    uint32_t ds_zero = 0;  // bit j * 4 + e: element (j, e) has dS = 0 (masked, or a single-key row)
+    static_assert(NQ * 4 == 32, "one bit per accumulator element");
+    wgmma_wait<1>();
+    fence_regs(sacc);
 #pragma unroll
-      for (int j = 0; j < NQ; ++j)
+    for (int j = 0; j < NQ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j * 8 + 2 * c + (e & 1);
-          float pe = fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[col]));
-          float ds;
-          if (full) {
-            ds = __fmul_rn(pe, __fsub_rn(pacc[j][e], db[col]));
-          } else {
-            const int r = r0 + col, kp = key0 + 8 * (e >> 1);
-            const int pos = rbk.first_pos + p.group_div.div(r);
-            const bool ok = r < rbk.nrows && kp <= pos && (rbk.is_out || (long long)(pos - kp) < f.window);
-            const bool single = pos == 0 || (!rbk.is_out && f.window == 1);  // the row sees one key: dS = 0
-            if (!ok) pe = 0.f;
-            ds = (ok && !single) ? __fmul_rn(pe, __fsub_rn(pacc[j][e], db[col])) : 0.f;
-          }
-          sacc[j][e] = pe;  // P^T
-          pacc[j][e] = ds;  // dS^T
+      for (int e = 0; e < 4; ++e) {
+        const int col = j * 8 + 2 * c + (e & 1);
+        float pe = fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[col]));
+        if (!full) {
+          const int r = r0 + col, kp = key0 + 8 * (e >> 1);
+          const int pos = rbk.first_pos + p.group_div.div(r);
+          const bool ok = r < rbk.nrows && kp <= pos && (rbk.is_out || (long long)(pos - kp) < f.window);
+          const bool single = pos == 0 || (!rbk.is_out && f.window == 1);  // the row sees one key: dS = 0
+          if (!ok) pe = 0.f;
+          if (!ok || single) ds_zero |= 1u << (j * 4 + e);
         }
-    }
-    uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+        sacc[j][e] = pe;  // P^T
+      }
+    uint32_t pa[BQ / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) {
-      pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-      pack_a<T>(da[kk], pacc[2 * kk], pacc[2 * kk + 1]);
-    }
+    for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+    // ---- G3 dV += P^T dO (B operand MN-major: [rows][D], D contiguous) ----
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) wgmma_rs_tb<T, D>(dv, pa[kk], desc_advance(ddo_mn, kk * 16 * 64 * sizeof(T)), 1);
+    wgmma_commit();
+    // ---- dS^T = P^T (dP^T - Δ) ----
+    wgmma_wait<1>();
+    fence_regs(pacc);
+#pragma unroll
+    for (int j = 0; j < NQ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j * 8 + 2 * c + (e & 1);
+        pacc[j][e] = (ds_zero >> (j * 4 + e)) & 1u ? 0.f : __fmul_rn(sacc[j][e], __fsub_rn(pacc[j][e], db[col]));
+      }
+    uint32_t da[BQ / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(da[kk], pacc[2 * kk], pacc[2 * kk + 1]);
+    // ---- G4 dK += dS^T Q ----
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
+    wgmma_commit();
     if constexpr (DQ) {
-      // dS^T into shared memory: key row kr, row (column) chunk ch at kr * 64 + (ch ^ kr % 8) * 8.
+      // dS^T into shared memory (packed again from pacc: da is G4's operand while it runs): key
+      // row kr, row (column) chunk ch at kr * 64 + (ch ^ kr % 8) * 8.
       T* dsb = sm.ds[it & 1];
       const int kr = kw0 + g, sw = kr & 7;  // (kr + 8) % 8 == kr % 8
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk) {
-        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = da[kk][0];
-        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = da[kk][1];
-        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = da[kk][2];
-        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = da[kk][3];
+        uint32_t w[4];
+        pack_a<T>(w, pacc[2 * kk], pacc[2 * kk + 1]);
+        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w[0];
+        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w[1];
+        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w[2];
+        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w[3];
       }
       fence_proxy_async();
-    }
-    // ---- dV += P^T dO, dK += dS^T Q (B operands MN-major: [rows][D], D contiguous) ----
-    {
-      const uint64_t ddo_mn = desc_sw128(sm.d_o[s], BQ * 128, 1024), dq_mn = desc_sw128(sm.q[s], BQ * 128, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk)
-        wgmma_rs_tb<T, D>(dv, pa[kk], desc_advance(ddo_mn, kk * 16 * 64 * sizeof(T)), 1);
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk)
-        wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
-      wgmma_commit();
     }
     if constexpr (DQ) {
       // ---- dQ = dS K (A: dS^T, MN-major; B: K [keys][D], MN-major) ----
@@ -313,8 +323,8 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
                                  desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
       wgmma_commit();
       wgmma_wait<0>();
-      fence_regs(dk);
-      fence_regs(dv);
+      fence_regs(pa);
+      fence_regs(da);
       fence_regs(qacc);
       mbar_arrive(&sm.empty[s]);
       // The dQ tile's rows: warp wl holds rows 16 wl + g and + 8, columns 8 j + 2 c, + 1.
@@ -331,11 +341,15 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       }
     } else {
       wgmma_wait<0>();
+      fence_regs(pa);
+      fence_regs(da);
       fence_regs(dk);
       fence_regs(dv);
       mbar_arrive(&sm.empty[s]);
     }
   }
+  fence_regs(dk);
+  fence_regs(dv);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int n = key0 + 8 * h;

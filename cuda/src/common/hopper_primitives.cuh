@@ -129,6 +129,15 @@ __device__ __forceinline__ void named_bar_sync(int id, int threads) {
 __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+/// Keeps a register A operand of an in-flight wgmma alive (and its registers unreused) until this
+/// point: call it after the wgmma_wait that covers the wgmma reading it.
+template <int R, int C>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[R][C]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int j = 0; j < C; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
 /// Keeps the compiler from moving reads/writes of accumulator registers across wgmma issue/wait.
 template <int R, int C>
 __device__ __forceinline__ void fence_regs(float (&d)[R][C]) {
