@@ -4,8 +4,8 @@
 // One CTA = 128 keys [j0, j1] of one KV head and sequence (kHopperBwdKeys), two consumer
 // warpgroups of 64 keys each and one producer warpgroup (one warp of it loads). The CTA visits
 // the row blocks (64 rows = (token, query head of the group) pairs, aligned to the sequence start)
-// that see its keys: base blocks of tokens [j0, j1 + w - 1] (the window band), then output blocks
-// from token j0 on (the causal range), in one pass.
+// that see its keys in one pass: base blocks of tokens [j0, j1 + w - 1] (the window band), then
+// output blocks from token j0 on (the causal range).
 //   producer warp: Q and dO of each row block by TMA (a box of whole tokens x the group's heads;
 //     cp.async with zero-fill when the group does not divide 64), lse2 and Δ of its rows by
 //     cp.async, into a two-stage ring (full/empty mbarriers).
@@ -16,7 +16,7 @@
 //     dQ  = dS K                        wgmma, dS^T (stored to shared memory) and K transposed;
 //                                       at D = 128 each warpgroup takes 64 of the output columns
 //                                       over all 128 keys, at D = 64 all columns over its own keys
-//     the dQ tile is added to a float32 accumulator in global memory (red.global.add.v2.f32) and a
+//     the dQ tile is added to a float32 accumulator in global memory (TMA bulk reductions of its rows) and a
 //     post-pass (attention_backward.cu) scales and rounds it. dK and dV stay in registers over
 //     all row blocks and are written once.
 // The elementwise arithmetic (P, dS, the masks and the single-key rows whose dS is 0) is the
@@ -36,6 +36,9 @@ namespace orthros::cuda::detail {
 namespace {
 
 constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows, STAGES = kHopperBwdStages;
+/// Row stride (floats) of the dQ staging tile: 64 columns + 8 keeps rows 32-byte aligned for the
+/// bulk reduction and spreads the fragment stores of a warp's 8 rows over the banks (2-way).
+constexpr int kDqStageStride = 72;
 
 /// Shared memory of hopper_bwd_kernel, every tile 1024-byte aligned (the 128-byte swizzle): K and
 /// V of the CTA's keys ([BN][D] as D/64 column blocks of [BN][64]), the ring of Q and dO
@@ -48,6 +51,7 @@ struct HopperBwdSmem {
   T q[STAGES][BQ * D];
   T d_o[STAGES][BQ * D];
   T ds[2][BN * BQ];
+  float dq_stage[2][BQ][kDqStageStride];  // per warpgroup: its dQ tile for the bulk reduction
   float lse2[STAGES][BQ];
   float delta[STAGES][BQ];
   uint64_t full[STAGES], empty[STAGES];
@@ -63,7 +67,7 @@ struct HopperBwdParams {
 };
 
 /// The row blocks that see keys [j0, j1] of sequence sd: nb_base base blocks from rb_base0 (the
-/// tokens whose window covers a key), then nb_out output blocks from rb_out0 (tokens at or after
+/// tokens whose window covers a key) and nb_out output blocks from rb_out0 (tokens at or after
 /// j0).
 struct KvBlockRows {
   int nb_base = 0, rb_base0 = 0, nb_out = 0, rb_out0 = 0;
@@ -85,7 +89,8 @@ struct KvBlockRows {
 };
 
 /// Row block `it` of the CTA's list: its stream, index, row count, first query row of the stream
-/// in the packed tensors and the cache position of its token 0.
+/// in the packed tensors and the cache position of its token 0. Base blocks first, then output
+/// blocks ascending.
 struct RowBlock {
   bool is_out;
   int rb, nrows, qoff, first_pos;
@@ -327,17 +332,29 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       fence_regs(da);
       fence_regs(qacc);
       mbar_arrive(&sm.empty[s]);
-      // The dQ tile's rows: warp wl holds rows 16 wl + g and + 8, columns 8 j + 2 c, + 1.
-      const int colb = D == 128 ? wg * 64 : 0;
-      const long long row_base = rbk.is_out ? p.total_q + sd.out_off : sd.q_off;
+      // The dQ tile into this warpgroup's staging tile (warp wl holds rows 16 wl + g and + 8,
+      // columns 8 j + 2 c, + 1), then lane i < 16 of the warp adds row 16 wl + i (64 floats,
+      // 256 contiguous bytes of dq_acc) by one bulk reduction. The previous step's reductions
+      // must have read the tile first.
+      float (*stage)[kDqStageStride] = sm.dq_stage[wg];
+      if (lane < 16) bulk_wait_read<0>();
+      __syncwarp();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + wl * 16 + g + 8 * h;
-        if (r >= rbk.nrows) continue;
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<float2*>(&stage[wl * 16 + g + 8 * h][8 * j + 2 * c]) =
+              make_float2(qacc[j][2 * h], qacc[j][2 * h + 1]);
+      fence_proxy_async();  // the stores (generic proxy) before the bulk reduction reads them
+      __syncwarp();
+      const int r = r0 + wl * 16 + lane;
+      if (lane < 16 && r < rbk.nrows) {
+        const int colb = D == 128 ? wg * 64 : 0;
+        const long long row_base = rbk.is_out ? p.total_q + sd.out_off : sd.q_off;
         const int tok = p.group_div.div(r);
-        float* dst = hp.dq_acc + ((size_t)(row_base + tok) * f.Hq + kvh * group + (r - tok * group)) * D + colb + 2 * c;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) red_add_v2(dst + 8 * j, qacc[j][2 * h], qacc[j][2 * h + 1]);
+        float* dst = hp.dq_acc + ((size_t)(row_base + tok) * f.Hq + kvh * group + (r - tok * group)) * D + colb;
+        bulk_reduce_add_f32(dst, stage[wl * 16 + lane], 64 * sizeof(float));
+        bulk_commit();
       }
     } else {
       wgmma_wait<0>();
@@ -350,6 +367,9 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   }
   fence_regs(dk);
   fence_regs(dv);
+  if constexpr (DQ) {
+    if (lane < 16) bulk_wait<0>();  // every dq reduction of this thread has been applied
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int n = key0 + 8 * h;

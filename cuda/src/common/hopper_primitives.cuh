@@ -78,11 +78,25 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
-// ---- global reductions ---------------------------------------------------------------------
-/// Adds (x, y) to the float pair at p (global memory, 8-byte aligned) without returning the old
-/// values; relaxed, gpu scope (the backward's fp32 dq accumulation). Vector red needs sm_90.
-__device__ __forceinline__ void red_add_v2(float* p, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+// ---- bulk reductions (shared -> global, asynchronous) ----------------------------------------
+/// Adds `bytes` (a multiple of 16) of float32 at shared `src` element-wise to global `dst` (both
+/// 16-byte aligned) by the TMA unit; completes in this thread's bulk group (bulk_commit /
+/// bulk_wait_read). The backward's dq accumulation.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/// Waits until at most N of this thread's bulk groups are pending (writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // ---- proxies, wgmma ordering ---------------------------------------------------------------
