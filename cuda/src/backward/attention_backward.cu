@@ -176,10 +176,22 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     if constexpr (!std::is_same_v<T, float>) {
       require(D == 64 || D == 128, "internal: no tensor-core backward kernel for D = ", D);
       if (hopper) {
-        if (D == 64) launch_mma_bwd<T, 64>(bp, run_dq, false, grid_dq, grid_kv, stream);
-        if (D == 128) launch_mma_bwd<T, 128>(bp, run_dq, false, grid_dq, grid_kv, stream);
-        if (run_dkdv && max_kv_blocks > 0)
-          launch_hopper_backward(c.dtype, bp, HopperBwdGeometry{tq, to}, dq_acc, grid_kv, stream);
+        const HopperBwdGeometry geo{tq, to, static_cast<long long>(b.batch()) * buf.capacity};
+        if (run_dq) {
+          // The dq kernel's work items count row blocks of kHopperDqBlockRows rows.
+          constexpr int hbm = kHopperDqBlockRows;
+          int out_h = 0, base_h = 0;
+          for (int j = 0; j < ns; ++j) {
+            out_h = std::max(out_h, (kp.seq[j].T_out * group + hbm - 1) / hbm);
+            base_h = std::max(base_h, (kp.seq[j].T * group + hbm - 1) / hbm);
+          }
+          BwdParams bq = bp;
+          bq.f.max_out_blocks = out_h;
+          const long long items = (static_cast<long long>(out_h) + base_h) * c.num_kv_heads;
+          require(items < (1LL << 31), "internal: grid too large (", items, " blocks)");
+          launch_hopper_backward_dq(c.dtype, bq, geo, dim3(static_cast<unsigned>(items), 1, ns), stream);
+        }
+        if (run_dkdv && max_kv_blocks > 0) launch_hopper_backward(c.dtype, bp, geo, dq_acc, grid_kv, stream);
       } else if (D == 64) {
         launch_mma_bwd<T, 64>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream);
       } else {

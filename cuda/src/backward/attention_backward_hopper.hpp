@@ -12,7 +12,11 @@ namespace orthros::cuda::detail {
 struct HopperBwdGeometry {
   long long total_q;    // rows of q and d_o          [total_q][H_q][D]
   long long total_out;  // rows of q_out and d_o_out  [total_out][H_q][D]
+  long long kv_rows;    // B * capacity: rows of k_cache / v_cache [rows][H_kv][D]
 };
+
+/// Rows per CTA of the Hopper dq kernel.
+constexpr int kHopperDqBlockRows = kHopperWarpgroupRows * kHopperConsumers;
 
 /// Launches the KV-block-outer wgmma backward over `grid` = (key blocks of kHopperBwdKeys x H_kv,
 /// 1, sequences of bp.f.seq): writes dk and dv of every key, and, when dq_acc is not null, adds
@@ -22,5 +26,13 @@ struct HopperBwdGeometry {
 /// descriptor cannot be encoded or the launch fails.
 void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, float* dq_acc, dim3 grid,
                             cudaStream_t stream);
+
+/// Launches the query-outer wgmma dq kernel (attention_backward_hopper_dq.cu) over `grid` =
+/// (work items x H_kv, 1, sequences of bp.f.seq): work item x is make_work_at<kHopperDqBlockRows,
+/// kKeyTile>(x) (bp.f.max_out_blocks counted in blocks of kHopperDqBlockRows rows); writes dq and
+/// dq_out. Needs the pre-pass's bp.delta and bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error
+/// otherwise); CudaError when a TMA descriptor cannot be encoded or the launch fails.
+void launch_hopper_backward_dq(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
+                               cudaStream_t stream);
 
 }  // namespace orthros::cuda::detail

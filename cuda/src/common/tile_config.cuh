@@ -80,6 +80,10 @@ constexpr int kHopperBwdKeys = 128, kHopperBwdRows = 64, kHopperBwdStages = 2;
 constexpr int kHopperBwdProducerRegs = 24, kHopperBwdConsumerRegs = 240;
 static_assert(kHopperBwdProducerRegs * 128 + kHopperBwdConsumerRegs * 256 <= 65536, "register file");
 static_assert(kHopperBwdKeys % kKeyTile == 0 && kHopperBwdRows == kHopperWarpgroupRows, "tile sizes");
+/// Hopper query-outer dq kernel (backward/attention_backward_hopper_dq.cu): the forward Hopper
+/// kernel's CTA (kHopperConsumers warpgroups of kHopperWarpgroupRows rows) with Q and dO of the
+/// block resident (2 x 48 KB at D = 128) and a 3-deep K/V ring (3 x 32 KB): 192 KB.
+constexpr int kHopperDqStages = 3;
 /// SIMT backward: one warp per row (dq) / per key (dk/dv), 4 per CTA, 32-key tiles, D <= 256.
 constexpr int kSimtBwdWarps = 4, kSimtBwdBN = kSimtKeyTile, kSimtBwdMaxDpl = 8;
 
