@@ -44,7 +44,7 @@ if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
   # The layer backward (our stage/colsum kernels plus cuBLAS): bf16 cases. Racecheck does not model
   # the mbarrier sync of cuBLAS's nvjet_sm90 GEMMs (bench/results/2026-12-01-h200-sanitizers.md):
   # hazards are listed by kernel name and only ours count.
-  for tool in memcheck racecheck; do
+  for tool in ${ORTHROS_LAYER_SANITIZER_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer $tool (layer backward, bf16)"
     timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_layer_backward_gpu" \
       --gtest_filter='*Bf16*:*Names*' > "$OUTDIR/sanitizer_layer_$tool.log" 2>&1

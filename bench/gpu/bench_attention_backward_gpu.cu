@@ -2,10 +2,10 @@
 // CUDA-event timing, median of N timed samples after 3 warm-ups, the L2 flushed before every
 // sample, canaries checked after every sample. PT (T_out = T) and SFT (T_out = T/4) training
 // steps at T = 8K and 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both
-// modes (on an H100/H200 the fast mode folds dq into the wgmma kernel, the deterministic mode adds
-// the query-outer dq kernel), the generic (mma.sync) path, the forward for scale, and the two
-// halves alone (dq: the query-outer kernel; dkdv: the KV-block-outer kernel without dq; the
-// internal entries of cuda/src/backward/attention_backward_parts.hpp). Then the
+// modes (the backward has no non-deterministic path, so this measures the cost of
+// `deterministic` = 1.00x), the generic (mma.sync) path next to the default one (wgmma on an
+// H100/H200), the forward for scale, and the two kernels alone (dq, dkdv: the internal entries of
+// cuda/src/backward/attention_backward_parts.hpp). Then the
 // attention LAYER at qwen3-8b's d_model = 4096 (PT): attention_layer_forward and
 // attention_layer_backward (the recomputed forward, cuBLAS projection gradients, the operator
 // backward, the RoPE/scale-offset/QK-norm backward and its reductions).

@@ -1,15 +1,13 @@
 // Dispatch of the Orthros attention backward (SPEC §9): validation, the pre-pass, and the choice of
-// the kernels per regime. The pre-pass is backward/delta_kernel.cuh; then
-//   Hopper path (sm_90, bf16/f16, D = 64/128, cfg.kernel != generic): the KV-block-outer wgmma
-//     kernel (backward/attention_backward_hopper.cu) computes dk/dv and, in the fast mode, dq into
-//     a float32 accumulator that backward/dq_convert_kernel.cuh scales and rounds; in the
-//     deterministic mode it computes dk/dv only and dq comes from the query-outer kernel;
+// the kernels per regime. The pre-pass is backward/delta_kernel.cuh; then, in both modes,
+//   Hopper path (sm_90, bf16/f16, D = 64/128, cfg.kernel != generic): the query-outer wgmma dq
+//     kernel (backward/attention_backward_hopper_dq.cu) and the KV-block-outer wgmma dk/dv kernel
+//     (backward/attention_backward_hopper.cu);
 //   generic path: bf16/f16 with D = 64/128 run the mma.sync kernels (backward/mma_dq_kernel.cuh,
 //     backward/mma_dkdv_kernel.cuh), everything else the SIMT kernels (backward/simt_kernels.cuh).
 #include "backward/attention_backward_hopper.hpp"
 #include "backward/attention_backward_parts.hpp"
 #include "backward/delta_kernel.cuh"
-#include "backward/dq_convert_kernel.cuh"
 #include "backward/mma_dkdv_kernel.cuh"
 #include "backward/mma_dq_kernel.cuh"
 #include "backward/simt_kernels.cuh"
@@ -39,19 +37,8 @@ bool use_hopper(const AttentionConfig& c) {
   return use_mma(c) && c.kernel != KernelPath::generic && hopper_kernels_available();
 }
 
-/// Bytes of the pre-pass's Δ and lse2, rounded up to 256 (the dq accumulator follows).
-std::size_t prepass_ws(const AttentionConfig& c, const BatchLayout& b) {
-  const std::size_t n = static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
-  return (n + 255) / 256 * 256;
-}
-
-/// The Hopper fast mode's float32 dq accumulator: [total_q + total_out][H_q][D].
-std::size_t dq_acc_ws(const AttentionConfig& c, const BatchLayout& b) {
-  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * c.head_dim * sizeof(float);
-}
-
 std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
-  return prepass_ws(c, b) + (use_hopper(c) && !c.deterministic ? dq_acc_ws(c, b) : 0);
+  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
 }
 
 template <typename Kernel>
@@ -132,12 +119,7 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     ORTHROS_CUDA_LAUNCH_CHECK("delta_kernel");
   }
   const bool mma = use_mma(c), hopper = use_hopper(c);
-  // Hopper fast mode: dq from the KV-block-outer kernel's float32 accumulator (zeroed here, scaled
-  // and rounded by the post-pass). Otherwise dq from the query-outer kernel.
-  const bool fused_dq = hopper && !c.deterministic && only.dq && only.dkdv;
-  float* dq_acc = fused_dq ? reinterpret_cast<float*>(reinterpret_cast<char*>(ws) + prepass_ws(c, b)) : nullptr;
-  if (fused_dq) ORTHROS_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, dq_acc_ws(c, b), stream));
-  const bool run_dq = only.dq && !fused_dq, run_dkdv = only.dkdv || fused_dq;
+  const bool run_dq = only.dq, run_dkdv = only.dkdv;
   const int bm = mma ? kBwdDqBM : kSimtBwdWarps;
   const int bn_kv = hopper ? kHopperBwdKeys : mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
   int q_off = 0, out_off = 0;
@@ -191,22 +173,12 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
           require(items < (1LL << 31), "internal: grid too large (", items, " blocks)");
           launch_hopper_backward_dq(c.dtype, bq, geo, dim3(static_cast<unsigned>(items), 1, ns), stream);
         }
-        if (run_dkdv && max_kv_blocks > 0) launch_hopper_backward(c.dtype, bp, geo, dq_acc, grid_kv, stream);
+        if (run_dkdv && max_kv_blocks > 0) launch_hopper_backward(c.dtype, bp, geo, grid_kv, stream);
       } else if (D == 64) {
         launch_mma_bwd<T, 64>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream);
       } else {
         launch_mma_bwd<T, 128>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream);
       }
-    }
-  }
-  if constexpr (!std::is_same_v<T, float>) {
-    if (fused_dq) {
-      const long long n_base = tq * Hq * D, n_all = rows * Hq * D;
-      const long long blocks = std::min<long long>((n_all / 4 + 255) / 256, 65535LL * 8);
-      dq_convert_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-          reinterpret_cast<const float4*>(dq_acc), static_cast<T*>(buf.dq), static_cast<T*>(buf.dq_out), n_base, n_all,
-          bp.scale);
-      ORTHROS_CUDA_LAUNCH_CHECK("dq_convert_kernel");
     }
   }
 }
@@ -266,10 +238,6 @@ void backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBac
 std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch) {
   validate_backward(cfg, batch);
   return backward_ws(cfg, batch);
-}
-
-bool attention_backward_is_reproducible(const AttentionConfig& cfg) {
-  return cfg.deterministic || !use_hopper(cfg);
 }
 
 void attention_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf,

@@ -1,4 +1,4 @@
-// Hopper (sm_90a) backward kernel of the Orthros attention operator (SPEC §9): KV-block-outer,
+// Hopper (sm_90a) dk/dv kernel of the Orthros attention backward (SPEC §9): KV-block-outer,
 // warp-specialized, every product on wgmma.
 //
 // One CTA = 128 keys [j0, j1] of one KV head and sequence (kHopperBwdKeys), two consumer
@@ -9,61 +9,52 @@
 //   producer warp: Q and dO of each row block by TMA (a box of whole tokens x the group's heads;
 //     cp.async with zero-fill when the group does not divide 64), lse2 and Δ of its rows by
 //     cp.async, into a two-stage ring (full/empty mbarriers).
-//   consumer warpgroup (keys are the M dimension, transposed products):
-//     S^T = K Q^T, dP^T = V dO^T        wgmma, both operands in shared memory
-//     P^T = exp2(S^T s log2e - lse2), masked to each row's keys; dS^T = P^T (dP^T - Δ)
-//     dV += P^T dO, dK += dS^T Q        wgmma, P^T / dS^T from registers, dO / Q transposed
-//     dQ  = dS K                        wgmma, dS^T (stored to shared memory) and K transposed;
-//                                       at D = 128 each warpgroup takes 64 of the output columns
-//                                       over all 128 keys, at D = 64 all columns over its own keys
-//     the dQ tile is added to a float32 accumulator in global memory (TMA bulk reductions of its rows) and a
-//     post-pass (attention_backward.cu) scales and rounds it. dK and dV stay in registers over
-//     all row blocks and are written once.
-// The elementwise arithmetic (P, dS, the masks and the single-key rows whose dS is 0) is the
-// mma.sync dk/dv kernel's (backward/mma_dkdv_kernel.cuh). dK and dV are accumulated in a fixed
-// order that depends only on the sequence (bitwise reproducible, batch-invariant). The dq
-// reduction order across CTAs is not fixed; the deterministic mode runs this kernel without dQ
-// (DQ = false) and takes dq from the query-outer kernel (backward/mma_dq_kernel.cuh).
+//   consumer warpgroup (keys are the M dimension, transposed products), four wgmma groups per
+//   row block, each issued as soon as its operands exist:
+//     G1 S^T = K Q^T, G2 dP^T = V dO^T   both operands in shared memory
+//     P^T = exp2(S^T s log2e - lse2), masked to each row's keys (while G2 runs)
+//     G3 dV += P^T dO                    P^T from registers, dO transposed
+//     dS^T = P^T (dP^T - Δ) (while G3 runs), 0 for a row that sees one key
+//     G4 dK += dS^T Q                    dS^T from registers, Q transposed
+//   dK and dV stay in registers over all row blocks and are written once.
+// The elementwise arithmetic is the mma.sync dk/dv kernel's (backward/mma_dkdv_kernel.cuh). Every
+// dk/dv element is accumulated in a fixed order that depends only on its sequence: bitwise
+// reproducible and batch-invariant. dq comes from the query-outer kernel
+// (attention_backward_hopper_dq.cu): folding it in here needs a float32 reduction across the CTAs
+// that see a row block, and its traffic (32 KB per CTA and row block, 4.4 GB at PT 8K on the
+// qwen3-8b shape) made the fused kernel slower than the two kernels (bench/results).
 #include "backward/attention_backward_hopper.hpp"
 #include "common/hopper_primitives.cuh"
 #include "common/tile_loaders.cuh"
 #include "forward/attention_hopper.hpp"
 
-#include <cuda.h>
 
 namespace orthros::cuda::detail {
 
 namespace {
 
 constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows, STAGES = kHopperBwdStages;
-/// Row stride (floats) of the dQ staging tile: 64 columns + 8 keeps rows 32-byte aligned for the
-/// bulk reduction and spreads the fragment stores of a warp's 8 rows over the banks (2-way).
-constexpr int kDqStageStride = 72;
 
 /// Shared memory of hopper_bwd_kernel, every tile 1024-byte aligned (the 128-byte swizzle): K and
 /// V of the CTA's keys ([BN][D] as D/64 column blocks of [BN][64]), the ring of Q and dO
-/// ([BQ][D] likewise), lse2 and Δ of their rows, and two buffers of dS^T ([BN keys][BQ rows]:
-/// one column block, rows contiguous, the MN-major A operand of dQ = dS K).
+/// ([BQ][D] likewise) and lse2 and Δ of their rows.
 template <typename T, int D>
 struct HopperBwdSmem {
   T k[BN * D];
   T v[BN * D];
   T q[STAGES][BQ * D];
   T d_o[STAGES][BQ * D];
-  T ds[2][BN * BQ];
-  float dq_stage[2][BQ][kDqStageStride];  // per warpgroup: its dQ tile for the bulk reduction
   float lse2[STAGES][BQ];
   float delta[STAGES][BQ];
   uint64_t full[STAGES], empty[STAGES];
 };
 
-/// The kernel's parameters: the backward's parameters, the TMA descriptors of the query-like
-/// tensors and the dq accumulator.
+/// The kernel's parameters: the backward's parameters and the TMA descriptors of the query-like
+/// tensors.
 struct HopperBwdParams {
   BwdParams b;
   CUtensorMap tm_q, tm_qo, tm_do, tm_doo;  // [tokens][H_q][D], box 64 x group x (BQ / group)
   int tma_q;                               // 0: Q and dO by cp.async
-  float* dq_acc;  // [total_q + total_out][H_q][D] float32, zero at entry; unused when !DQ
 };
 
 /// The row blocks that see keys [j0, j1] of sequence sd: nb_base base blocks from rb_base0 (the
@@ -104,7 +95,7 @@ struct RowBlock {
   }
 };
 
-template <typename T, int D, bool DQ>
+template <typename T, int D>
 __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_constant__ HopperBwdParams hp) {
   constexpr int NQ = BQ / 8, DT = D / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -213,9 +204,6 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     const int r0 = rbk.rb * BQ;
     mbar_wait(&sm.full[s], (it / STAGES) & 1);
     if (!hp.tma_q) fence_proxy_async();  // Q/dO came through cp.async (generic proxy)
-    // Five wgmma groups per step, each issued as soon as its operands exist, so that the
-    // elementwise work overlaps the tensor cores: G1 S^T and G2 dP^T; P^T (while G2 runs); G3 dV;
-    // dS^T (while G3 runs); G4 dK; G5 dQ.
     const uint64_t ddo_mn = desc_sw128(sm.d_o[s], BQ * 128, 1024), dq_mn = desc_sw128(sm.q[s], BQ * 128, 1024);
     float sacc[NQ][4], pacc[NQ][4];
     {
@@ -292,84 +280,15 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
     wgmma_commit();
-    if constexpr (DQ) {
-      // dS^T into shared memory (packed again from pacc: da is G4's operand while it runs): key
-      // row kr, row (column) chunk ch at kr * 64 + (ch ^ kr % 8) * 8.
-      T* dsb = sm.ds[it & 1];
-      const int kr = kw0 + g, sw = kr & 7;  // (kr + 8) % 8 == kr % 8
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk) {
-        uint32_t w[4];
-        pack_a<T>(w, pacc[2 * kk], pacc[2 * kk + 1]);
-        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w[0];
-        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w[1];
-        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w[2];
-        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w[3];
-      }
-      fence_proxy_async();
-    }
-    if constexpr (DQ) {
-      // ---- dQ = dS K (A: dS^T, MN-major; B: K [keys][D], MN-major) ----
-      // D = 128: both warpgroups' dS^T, output columns [64 wg, 64 wg + 64) = column block wg of K.
-      // D = 64: this warpgroup's 64 keys, all 64 columns.
-      constexpr int kSteps = D == 128 ? BN / 16 : 64 / 16;
-      if constexpr (D == 128)
-        named_bar_sync(kBarBwdDs, 256);
-      else
-        named_bar_sync(kBarBwdDs + 1 + wg, 128);
-      const T* a0 = D == 128 ? sm.ds[it & 1] : sm.ds[it & 1] + wg * 64 * 64;
-      const T* b0 = D == 128 ? sm.k + wg * BN * 64 : sm.k + wg * 64 * 64;
-      const uint64_t desc_ds = desc_sw128(a0, BN * 128, 1024), desc_kt = desc_sw128(b0, BN * 128, 1024);
-      float qacc[8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk)
-        wgmma_ss_tt_m64n64k16<T>(qacc, desc_advance(desc_ds, kk * 16 * 64 * sizeof(T)),
-                                 desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(pa);
-      fence_regs(da);
-      fence_regs(qacc);
-      mbar_arrive(&sm.empty[s]);
-      // The dQ tile into this warpgroup's staging tile (warp wl holds rows 16 wl + g and + 8,
-      // columns 8 j + 2 c, + 1), then lane i < 16 of the warp adds row 16 wl + i (64 floats,
-      // 256 contiguous bytes of dq_acc) by one bulk reduction. The previous step's reductions
-      // must have read the tile first.
-      float (*stage)[kDqStageStride] = sm.dq_stage[wg];
-      if (lane < 16) bulk_wait_read<0>();
-      __syncwarp();
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<float2*>(&stage[wl * 16 + g + 8 * h][8 * j + 2 * c]) =
-              make_float2(qacc[j][2 * h], qacc[j][2 * h + 1]);
-      fence_proxy_async();  // the stores (generic proxy) before the bulk reduction reads them
-      __syncwarp();
-      const int r = r0 + wl * 16 + lane;
-      if (lane < 16 && r < rbk.nrows) {
-        const int colb = D == 128 ? wg * 64 : 0;
-        const long long row_base = rbk.is_out ? p.total_q + sd.out_off : sd.q_off;
-        const int tok = p.group_div.div(r);
-        float* dst = hp.dq_acc + ((size_t)(row_base + tok) * f.Hq + kvh * group + (r - tok * group)) * D + colb;
-        bulk_reduce_add_f32(dst, stage[wl * 16 + lane], 64 * sizeof(float));
-        bulk_commit();
-      }
-    } else {
-      wgmma_wait<0>();
-      fence_regs(pa);
-      fence_regs(da);
-      fence_regs(dk);
-      fence_regs(dv);
-      mbar_arrive(&sm.empty[s]);
-    }
+    wgmma_wait<0>();
+    fence_regs(pa);
+    fence_regs(da);
+    fence_regs(dk);
+    fence_regs(dv);
+    mbar_arrive(&sm.empty[s]);
   }
   fence_regs(dk);
   fence_regs(dv);
-  if constexpr (DQ) {
-    if (lane < 16) bulk_wait<0>();  // every dq reduction of this thread has been applied
-  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int n = key0 + 8 * h;
@@ -386,10 +305,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   }
 }
 
-template <typename T, int D, bool DQ>
+template <typename T, int D>
 void launch_variant(const HopperBwdParams& hp, dim3 grid, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1024;  // +1024: alignment
-  auto kernel = hopper_bwd_kernel<T, D, DQ>;
+  auto kernel = hopper_bwd_kernel<T, D>;
   static bool configured = false;  // per instantiation; benign race (idempotent)
   if (!configured) {
     ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -399,25 +318,16 @@ void launch_variant(const HopperBwdParams& hp, dim3 grid, cudaStream_t stream) {
   ORTHROS_CUDA_LAUNCH_CHECK("hopper_bwd_kernel");
 }
 
-template <typename T>
-void launch_t(int D, bool dq, const HopperBwdParams& hp, dim3 grid, cudaStream_t stream) {
-  if (D == 64) return dq ? launch_variant<T, 64, true>(hp, grid, stream) : launch_variant<T, 64, false>(hp, grid, stream);
-  if (D == 128)
-    return dq ? launch_variant<T, 128, true>(hp, grid, stream) : launch_variant<T, 128, false>(hp, grid, stream);
-  throw Error(::orthros::detail::cat("internal: no Hopper backward kernel for head_dim ", D));
-}
-
 }  // namespace
 
-void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, float* dq_acc,
-                            dim3 grid, cudaStream_t stream) {
+void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
+                            cudaStream_t stream) {
   const KernelParams& f = bp.f;
   require(dtype != DType::f32 && (f.D == 64 || f.D == 128), "internal: no Hopper backward kernel for dtype ",
           dtype_name(dtype), ", D = ", f.D);
   if (grid.x == 0) return;
   HopperBwdParams hp{};
   hp.b = bp;
-  hp.dq_acc = dq_acc;
   hp.tma_q = BQ % f.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
   if (hp.tma_q) {
     if (geo.total_q > 0) {
@@ -429,8 +339,12 @@ void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeo
       encode_gqa_rows_map(&hp.tm_doo, dtype, bp.dO_out, geo.total_out, f.Hq, f.D, f.group, BQ, "d_o_out");
     }
   }
-  if (dtype == DType::bf16) return launch_t<__nv_bfloat16>(f.D, dq_acc != nullptr, hp, grid, stream);
-  return launch_t<__half>(f.D, dq_acc != nullptr, hp, grid, stream);
+  if (dtype == DType::bf16) {
+    if (f.D == 64) return launch_variant<__nv_bfloat16, 64>(hp, grid, stream);
+    return launch_variant<__nv_bfloat16, 128>(hp, grid, stream);
+  }
+  if (f.D == 64) return launch_variant<__half, 64>(hp, grid, stream);
+  return launch_variant<__half, 128>(hp, grid, stream);
 }
 
 }  // namespace orthros::cuda::detail

@@ -1,5 +1,6 @@
-// Host interface of the Hopper backward kernel (attention_backward_hopper.cu, compiled for sm_90a
-// only). attention_backward.cu (the backward's one dispatch place) decides when to use it.
+// Host interface of the Hopper backward kernels (attention_backward_hopper.cu: dk/dv,
+// attention_backward_hopper_dq.cu: dq; compiled for sm_90a only). attention_backward.cu (the
+// backward's one dispatch place) decides when to use them.
 #pragma once
 
 #include "backward/params.cuh"
@@ -18,13 +19,11 @@ struct HopperBwdGeometry {
 /// Rows per CTA of the Hopper dq kernel.
 constexpr int kHopperDqBlockRows = kHopperWarpgroupRows * kHopperConsumers;
 
-/// Launches the KV-block-outer wgmma backward over `grid` = (key blocks of kHopperBwdKeys x H_kv,
-/// 1, sequences of bp.f.seq): writes dk and dv of every key, and, when dq_acc is not null, adds
-/// the unscaled dq sums (Σ_j dS_j k_j, float32) of every row to dq_acc [total_q + total_out][H_q][D]
-/// (base rows first; zero at entry; the caller scales and rounds). Needs the pre-pass's bp.delta
-/// and bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error otherwise); CudaError when a TMA
-/// descriptor cannot be encoded or the launch fails.
-void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, float* dq_acc, dim3 grid,
+/// Launches the KV-block-outer wgmma dk/dv kernel (attention_backward_hopper.cu) over `grid` =
+/// (key blocks of kHopperBwdKeys x H_kv, 1, sequences of bp.f.seq): writes dk and dv of every key.
+/// Needs the pre-pass's bp.delta and bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error
+/// otherwise); CudaError when a TMA descriptor cannot be encoded or the launch fails.
+void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
                             cudaStream_t stream);
 
 /// Launches the query-outer wgmma dq kernel (attention_backward_hopper_dq.cu) over `grid` =

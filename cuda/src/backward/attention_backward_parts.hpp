@@ -7,15 +7,13 @@
 
 namespace orthros::cuda::detail {
 
-/// attention_backward (same arguments, validation and errors) running the pre-pass and the
-/// query-outer dq kernel only (the deterministic mode's dq on every path): dq and dq_out are
-/// written, dk and dv are left untouched.
+/// attention_backward (same arguments, validation and errors) running the pre-pass and the dq
+/// kernel only: dq and dq_out are written, dk and dv are left untouched.
 void attention_backward_dq_only(const AttentionConfig& cfg, const BatchLayout& batch,
                                 const AttentionBackwardBuffers& buffers, cudaStream_t stream = nullptr);
 
-/// attention_backward (same arguments, validation and errors) running the pre-pass and the
-/// KV-block-outer kernel without dq (on the Hopper path the wgmma kernel, as in the deterministic
-/// mode): dk and dv are written, dq and dq_out are left untouched.
+/// attention_backward (same arguments, validation and errors) running the pre-pass and the dk/dv
+/// kernel only: dk and dv are written, dq and dq_out are left untouched.
 void attention_backward_dkdv_only(const AttentionConfig& cfg, const BatchLayout& batch,
                                   const AttentionBackwardBuffers& buffers, cudaStream_t stream = nullptr);
 

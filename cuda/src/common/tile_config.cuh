@@ -66,17 +66,16 @@ template <int D>
 struct BwdKvShape {
   static constexpr int BQ = D <= 64 ? 64 : 32;
 };
-/// Hopper backward (backward/attention_backward_hopper.cu): one CTA = 128 keys of one KV head,
-/// two consumer warpgroups of 64 keys each (one wgmma m64 tile: keys are the M dimension of
+/// Hopper dk/dv kernel (backward/attention_backward_hopper.cu): one CTA = 128 keys of one KV
+/// head, two consumer warpgroups of 64 keys each (one wgmma m64 tile: keys are the M dimension of
 /// S^T, dP^T, dV and dK) and one producer warpgroup. Rows per step 64 (the N dimension of S^T and
-/// dP^T; one TMA box of whole tokens when the group divides 64). 128 keys per CTA halve the dq
-/// reduction traffic against 64 (every CTA adds its partial dQ of each row block once) while dK and
-/// dV of 64 keys x D stay in registers. Two stages of Q/dO: the loads of a row block are 32 KB at
-/// D = 128 and one step computes five 64 x 64 x D products per warpgroup, so one block in flight
-/// covers the latency; with K, V and the two dS^T buffers this is 160 KB at D = 128.
+/// dP^T; one TMA box of whole tokens when the group divides 64). Two stages of Q/dO (32 KB per
+/// row block at D = 128, while one step computes four 64 x 64 x D products per warpgroup); with K
+/// and V this is 128 KB at D = 128.
 constexpr int kHopperBwdKeys = 128, kHopperBwdRows = 64, kHopperBwdStages = 2;
 /// Register split: producer 24, consumers 240 (dK and dV accumulators: 2 x 64 fp32 at D = 128,
-/// S^T and dP^T 2 x 32, the dQ tile 32): 24 * 128 + 240 * 256 = 64512 of the 64K-register file.
+/// S^T and dP^T 2 x 32, the packed P^T and dS^T 2 x 16): 24 * 128 + 240 * 256 = 64512 of the
+/// 64K-register file.
 constexpr int kHopperBwdProducerRegs = 24, kHopperBwdConsumerRegs = 240;
 static_assert(kHopperBwdProducerRegs * 128 + kHopperBwdConsumerRegs * 256 <= 65536, "register file");
 static_assert(kHopperBwdKeys % kKeyTile == 0 && kHopperBwdRows == kHopperWarpgroupRows, "tile sizes");

@@ -43,43 +43,33 @@ struct AttentionBackwardBuffers {
   void* dk = nullptr;              ///< [sum T_b, H_kv, D] (packed, see the file comment)
   void* dv = nullptr;              ///< [sum T_b, H_kv, D]
   /// Scratch for the pre-pass (Δ = rowsum(dO ⊙ O) and the LSE in log2 units, float32 per row and
-  /// head) and, on the Hopper fast path, the float32 dq accumulator:
-  /// attention_backward_workspace_bytes(). When null, the call allocates it on the stream
+  /// head): attention_backward_workspace_bytes(). When null, the call allocates it on the stream
   /// (cudaMallocAsync / cudaFreeAsync).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;  ///< size of `workspace` in bytes
 };
 
-/// Bytes of scratch attention_backward() needs on the current device: 8 * (sum T_b + sum T_out_b)
-/// * H_q rounded up to 256 (the pre-pass), plus 4 * (sum T_b + sum T_out_b) * H_q * D (the
-/// float32 dq accumulator) when the Hopper kernel computes dq (fast mode; see attention_backward).
+/// Bytes of scratch attention_backward() needs: 8 * (sum T_b + sum T_out_b) * H_q.
 /// \throws orthros::Error on invalid arguments (as attention_backward).
 std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch);
 
-/// True when attention_backward(cfg, ...) on the current device gives bitwise the same gradients
-/// run to run and whatever else shares the batch: always in the deterministic mode; in the fast
-/// mode unless the Hopper kernel adds dq in float32 atomics (sm_90, bf16/f16, D = 64/128,
-/// cfg.kernel != generic). dk and dv are reproducible in both modes on every path.
-bool attention_backward_is_reproducible(const AttentionConfig& cfg);
-
 /// Gradients of the Orthros attention operator (SPEC §9) for a ragged batch of training
 /// sequences (P = 0: cache_lens[b] == q_lens[b]; PT T_out = T, SFT 0 < T_out < T; T_out = 0 is
-/// allowed), P recomputed from the saved LSE. A pre-pass computes Δ = rowsum(dO ⊙ O) in float32
-/// per (row, head) of both streams; then, per kernel path (cfg.kernel, docs/cuda.md):
-///   - Hopper (sm_90, bf16/f16, D = 64/128; automatic or hopper): one KV-block-outer,
-///     warp-specialized wgmma kernel per 128 keys of a KV head visits the base rows whose window
-///     covers its keys and the output rows at or after them, accumulating dk/dv in registers in a
-///     fixed order. Fast mode: the same kernel adds each row block's dq tile to a float32
-///     accumulator in global memory (atomics: dq and dq_out are not bitwise reproducible; a
-///     post-pass scales and rounds them). Deterministic mode (`cfg.deterministic`): dq and dq_out
-///     come from the query-outer kernel instead (fixed order; bitwise reproducible and
-///     batch-invariant, at the cost of the second kernel's recomputation of P).
-///   - generic (any sm_80+ GPU, every dtype and D): the query-outer kernel computes dq and dq_out
-///     (base rows visit only the KV tiles of their window band: O(T·w); output rows the causal
-///     prefix), a KV-block-outer kernel dk and dv of 64 keys; no atomics, bitwise reproducible in
-///     both modes. bf16/f16 with D = 64/128 on tensor cores (mma.sync m16n8k16, fp32 accumulate),
-///     f32 and other D on SIMT kernels (fp32 arithmetic).
-/// Every path is within SPEC §6 of the float64 oracle. `cfg.num_splits` is ignored.
+/// allowed), P recomputed from the saved LSE (FlashAttention-2's structure). A pre-pass computes
+/// Δ = rowsum(dO ⊙ O) in float32 per (row, head) of both streams; then two kernels:
+///   - query-outer: dq and dq_out (base rows visit only the KV tiles of their window band: O(T·w);
+///     output rows the causal prefix);
+///   - KV-block-outer: dk and dv of a block of keys, visiting the base rows whose window covers
+///     it and the output rows at or after it, all heads of the GQA group in one fixed order.
+/// Kernel paths (cfg.kernel, docs/cuda.md): Hopper (sm_90, bf16/f16, D = 64/128; automatic or
+/// hopper): both kernels warp-specialized on wgmma + TMA (192-row dq blocks, 128-key dk/dv
+/// blocks); generic (any sm_80+ GPU, every dtype and D): bf16/f16 with D = 64/128 on mma.sync
+/// m16n8k16 (fp32 accumulate), f32 and other D on SIMT kernels (fp32 arithmetic).
+/// No floating-point atomics and no split reductions on any path: every output element is written
+/// by one thread after a fixed sequence of operations that depends only on its own sequence's
+/// data, so the gradients are bitwise identical from run to run and across batch compositions in
+/// BOTH modes (`cfg.deterministic` does not change the backward). The two paths differ in bits
+/// (different tile orders), each within SPEC §6 of the float64 oracle. `cfg.num_splits` is ignored.
 ///
 /// \throws orthros::Error before any launch on everything attention_forward() rejects, on
 ///   cfg.kernel = hopper without a compute capability 9.0 GPU, on
