@@ -4,8 +4,11 @@
 # Expects build-cuda-carry/ from ci/gpu_stage.sh (test_attention_backward_gpu,
 # bench_attention_backward_gpu, libgomp) and, for the cuDNN sliding-window peer, the wheel of
 # nvidia-cudnn-frontend==1.32.0 in .whl/ (here: pip download --no-deps nvidia-cudnn-frontend==1.32.0
-# -d .whl/; carry .whl). Steps: GPU tests, compute-sanitizer memcheck + racecheck on the small
-# shapes, our benchmark, the PyTorch/cuDNN peers, the summary table last. Logs under $OUT.
+# -d .whl/ --python-version 3.12 --only-binary=:all:, the device's Python; carry .whl). Steps: GPU
+# tests on both kernel paths (automatic: wgmma on an H100/H200; generic), the layer backward tests,
+# verify --grad --device cuda, compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on the
+# small shapes and memcheck + racecheck on the layer backward (ORTHROS_LAYER_SANITIZER_TOOLS="" skips
+# them), our benchmark, the PyTorch/cuDNN peers, the summary table last. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)

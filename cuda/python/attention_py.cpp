@@ -223,7 +223,7 @@ void bind_attention(nb::module_& m) {
           return false;
         }
       },
-      "True when the current CUDA device runs the Hopper (sm_90a wgmma) forward kernel; False when it does "
+      "True when the current CUDA device runs the Hopper (sm_90a wgmma) kernels; False when it does "
       "not or when no GPU/driver is usable (never raises).");
 
   m.def(

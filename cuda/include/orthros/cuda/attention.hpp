@@ -50,10 +50,11 @@ const char* dtype_name(DType t);
 /// Size of one element in bytes (4 or 2).
 int dtype_size(DType t);
 
-/// Which forward kernel family runs a call (docs/cuda.md, "Kernels").
+/// Which kernel family runs a call, forward (attention_forward) and backward (attention_backward)
+/// alike (docs/cuda.md, "Kernels" and "Backward").
 enum class KernelPath {
-  automatic,  ///< the Hopper wgmma kernel where it applies (sm_90, bf16/f16, D 64/128), else generic
-  hopper,     ///< the Hopper wgmma kernel; orthros::Error if the device or config has none
+  automatic,  ///< the Hopper wgmma kernels where they apply (sm_90, bf16/f16, D 64/128), else generic
+  hopper,     ///< the Hopper wgmma kernels; orthros::Error if the device or config has none
   generic,    ///< the mma.sync / SIMT kernels (any sm_80+ GPU, every dtype and D); for A/B tests
 };
 
@@ -164,8 +165,8 @@ void rope_append_kv(DType dtype, const BatchLayout& batch, int num_q_heads, int 
 /// Number of streaming multiprocessors of the current device (cached), for split heuristics.
 int device_sm_count();
 
-/// True when the current device runs the Hopper wgmma kernel (compute capability 9.0: the code is
-/// built for sm_90a), i.e. when KernelPath::automatic picks it for bf16/f16 with D = 64/128.
+/// True when the current device runs the Hopper wgmma kernels (compute capability 9.0: the code is
+/// built for sm_90a), i.e. when KernelPath::automatic picks them for bf16/f16 with D = 64/128.
 /// False, never an exception, when no device is usable (no GPU, no driver, a driver too old for
 /// the CUDA runtime, or a failing query of the device's compute capability).
 bool hopper_kernels_available();
