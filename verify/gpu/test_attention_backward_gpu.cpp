@@ -351,4 +351,13 @@ TEST(GpuAttentionBackward, RejectsBadArguments) {
   b2.workspace_bytes = 8;
   expect_error(cfg, lay, b2, "workspace_bytes");
   EXPECT_EQ(cuda::attention_backward_workspace_bytes(cfg, lay), size_t(64 + 16) * 8 * 8);
+  // kernel = hopper: a configuration without the Hopper kernels, and (without an H100/H200) the device.
+  cuda::AttentionConfig ch = cfg;
+  ch.kernel = cuda::KernelPath::hopper;
+  ch.dtype = cuda::DType::f32;
+  expect_error(ch, lay, bb, "kernel = hopper needs dtype bf16/f16 and head_dim 64 or 128 (got f32");
+  if (!cuda::hopper_kernels_available()) {
+    ch.dtype = cuda::DType::bf16;
+    expect_error(ch, lay, bb, "kernel = hopper needs a compute capability 9.0 GPU");
+  }
 }

@@ -22,6 +22,8 @@ using namespace detail;
 
 void validate_backward(const AttentionConfig& c, const BatchLayout& b) {
   validate_config(c);
+  if (c.kernel == KernelPath::hopper)
+    require(hopper_kernels_available(), "kernel = hopper needs a compute capability 9.0 GPU (H100/H200, sm_90a)");
   validate_batch(b);
   for (size_t i = 0; i < b.q_lens.size(); ++i)
     require(b.cache_lens[i] == b.q_lens[i], "attention_backward supports training sequences only (P = 0): cache_lens[",
@@ -30,10 +32,8 @@ void validate_backward(const AttentionConfig& c, const BatchLayout& b) {
 
 bool use_mma(const AttentionConfig& c) { return c.dtype != DType::f32 && (c.head_dim == 64 || c.head_dim == 128); }
 
-/// The Hopper backward applies (throws when kernel = hopper is asked of a GPU without it).
+/// The Hopper kernels run this call (validate_backward has refused kernel = hopper without them).
 bool use_hopper(const AttentionConfig& c) {
-  if (c.kernel == KernelPath::hopper)
-    require(hopper_kernels_available(), "kernel = hopper needs a compute capability 9.0 GPU (H100/H200, sm_90a)");
   return use_mma(c) && c.kernel != KernelPath::generic && hopper_kernels_available();
 }
 
