@@ -24,6 +24,7 @@
 // that see a row block, and its traffic (32 KB per CTA and row block, 4.4 GB at PT 8K on the
 // qwen3-8b shape) made the fused kernel slower than the two kernels (bench/results).
 #include "backward/attention_backward_hopper.hpp"
+#include "common/hopper_launch.hpp"
 #include "common/hopper_primitives.cuh"
 #include "common/tile_loaders.cuh"
 #include "forward/attention_hopper.hpp"
@@ -210,19 +211,9 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       // ---- G1 S^T = K Q^T, G2 dP^T = V dO^T (B operands K-major: [rows][D]) ----
       const uint64_t dq_k = desc_sw128(sm.q[s], 16, 1024), ddo_k = desc_sw128(sm.d_o[s], 16, 1024);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t oa = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
-        const uint32_t ob = ((kk >> 2) * (BQ * 64) + (kk & 3) * 16) * sizeof(T);
-        wgmma_ss_m64n64k16<T>(sacc, desc_advance(desc_k, oa), desc_advance(dq_k, ob), kk > 0);
-      }
+      wgmma_ss_over_d<T, D, BN, BQ>(sacc, desc_k, dq_k);
       wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t oa = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
-        const uint32_t ob = ((kk >> 2) * (BQ * 64) + (kk & 3) * 16) * sizeof(T);
-        wgmma_ss_m64n64k16<T>(pacc, desc_advance(desc_v, oa), desc_advance(ddo_k, ob), kk > 0);
-      }
+      wgmma_ss_over_d<T, D, BN, BQ>(pacc, desc_v, ddo_k);
       wgmma_commit();
     }
     const float* lb = sm.lse2[s];
@@ -305,46 +296,37 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   }
 }
 
-template <typename T, int D>
-void launch_variant(const HopperBwdParams& hp, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1024;  // +1024: alignment
-  auto kernel = hopper_bwd_kernel<T, D>;
-  static bool configured = false;  // per instantiation; benign race (idempotent)
-  if (!configured) {
-    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
-  kernel<<<grid, 3 * 128, smem, stream>>>(hp);
-  ORTHROS_CUDA_LAUNCH_CHECK("hopper_bwd_kernel");
-}
-
 }  // namespace
+
+bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, int block_rows,
+                           CUtensorMap* q, CUtensorMap* d_o, CUtensorMap* q_out, CUtensorMap* d_o_out) {
+  const KernelParams& f = bp.f;
+  if (64 % f.group != 0 || geo.total_q >= (1LL << 31) || geo.total_out >= (1LL << 31)) return false;
+  if (geo.total_q > 0) {
+    encode_gqa_rows_map(q, dtype, f.q, geo.total_q, f.Hq, f.D, f.group, block_rows, "q");
+    encode_gqa_rows_map(d_o, dtype, bp.dO, geo.total_q, f.Hq, f.D, f.group, block_rows, "d_o");
+  }
+  if (geo.total_out > 0) {
+    encode_gqa_rows_map(q_out, dtype, f.q_out, geo.total_out, f.Hq, f.D, f.group, block_rows, "q_out");
+    encode_gqa_rows_map(d_o_out, dtype, bp.dO_out, geo.total_out, f.Hq, f.D, f.group, block_rows, "d_o_out");
+  }
+  return true;
+}
 
 void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
                             cudaStream_t stream) {
-  const KernelParams& f = bp.f;
-  require(dtype != DType::f32 && (f.D == 64 || f.D == 128), "internal: no Hopper backward kernel for dtype ",
-          dtype_name(dtype), ", D = ", f.D);
-  if (grid.x == 0) return;
-  HopperBwdParams hp{};
-  hp.b = bp;
-  hp.tma_q = BQ % f.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
-  if (hp.tma_q) {
-    if (geo.total_q > 0) {
-      encode_gqa_rows_map(&hp.tm_q, dtype, f.q, geo.total_q, f.Hq, f.D, f.group, BQ, "q");
-      encode_gqa_rows_map(&hp.tm_do, dtype, bp.dO, geo.total_q, f.Hq, f.D, f.group, BQ, "d_o");
-    }
-    if (geo.total_out > 0) {
-      encode_gqa_rows_map(&hp.tm_qo, dtype, f.q_out, geo.total_out, f.Hq, f.D, f.group, BQ, "q_out");
-      encode_gqa_rows_map(&hp.tm_doo, dtype, bp.dO_out, geo.total_out, f.Hq, f.D, f.group, BQ, "d_o_out");
-    }
-  }
-  if (dtype == DType::bf16) {
-    if (f.D == 64) return launch_variant<__nv_bfloat16, 64>(hp, grid, stream);
-    return launch_variant<__nv_bfloat16, 128>(hp, grid, stream);
-  }
-  if (f.D == 64) return launch_variant<__half, 64>(hp, grid, stream);
-  return launch_variant<__half, 128>(hp, grid, stream);
+  dispatch_hopper_types(dtype, bp.f.D, "Hopper backward kernel", [&](auto t, auto d) {
+    using T = typename decltype(t)::type;
+    constexpr int D = decltype(d)::value;
+    if (grid.x == 0) return;
+    HopperBwdParams hp{};
+    hp.b = bp;
+    hp.tma_q = encode_bwd_query_maps(dtype, bp, geo, BQ, &hp.tm_q, &hp.tm_do, &hp.tm_qo, &hp.tm_doo);
+    constexpr int smem = static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1024;  // +1024: alignment
+    opt_in_shared_memory<hopper_bwd_kernel<T, D>>(smem);
+    hopper_bwd_kernel<T, D><<<grid, 3 * 128, smem, stream>>>(hp);
+    ORTHROS_CUDA_LAUNCH_CHECK("hopper_bwd_kernel");
+  });
 }
 
 }  // namespace orthros::cuda::detail

@@ -6,6 +6,8 @@
 #include "backward/params.cuh"
 #include "common/tile_config.cuh"
 
+#include <cuda.h>
+
 namespace orthros::cuda::detail {
 
 /// Extents of the whole call's query-like tensors (the TMA descriptors cover them; bp.f.seq may
@@ -15,6 +17,15 @@ struct HopperBwdGeometry {
   long long total_out;  // rows of q_out and d_o_out  [total_out][H_q][D]
   long long kv_rows;    // B * capacity: rows of k_cache / v_cache [rows][H_kv][D]
 };
+
+/// Encodes the TMA descriptors of the backward's query-like inputs (encode_gqa_rows_map, boxes of
+/// block_rows rows): q and d_o over geo.total_q tokens, q_out and d_o_out over geo.total_out (a
+/// stream without tokens is left unencoded; the kernels never read it). Returns false and encodes
+/// nothing when the group does not divide 64 (a 64-row slice, one warpgroup's or one step's, would
+/// not start at a token) or a stream's tokens do not fit TMA's int32 coordinates: the kernel then
+/// loads Q and dO by cp.async. \throws CudaError as encode_tensor_map.
+bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, int block_rows,
+                           CUtensorMap* q, CUtensorMap* d_o, CUtensorMap* q_out, CUtensorMap* d_o_out);
 
 /// Rows per CTA of the Hopper dq kernel.
 constexpr int kHopperDqBlockRows = kHopperWarpgroupRows * kHopperConsumers;

@@ -19,6 +19,7 @@
 // row's key range and the absolute 64-key tile boundaries: no atomics, bitwise reproducible and
 // batch-invariant. Used by both modes next to the KV-block-outer wgmma kernel (dk/dv).
 #include "backward/attention_backward_hopper.hpp"
+#include "common/hopper_launch.hpp"
 #include "common/hopper_primitives.cuh"
 #include "common/tile_loaders.cuh"
 #include "forward/attention_hopper.hpp"
@@ -144,18 +145,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1) hopper_dq_kernel(const __g
   float lse2[2], dl[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = wr0 + g + 8 * h;
-    const bool ok = r <= r1;
-    lo[h] = ok ? row_lo(f, w, r) : 1;
-    hi[h] = ok ? row_hi(f, w, r) : 0;
-    lse2[h] = 0.f;
-    dl[h] = 0.f;
-    if (ok) {
-      const int tok = p.group_div.div(r);
-      const long long ridx = bwd_row_index(p, sd, w.is_out, tok, kvh * f.group + (r - tok * f.group));
-      lse2[h] = p.lse2[ridx];
-      dl[h] = p.delta[ridx];
-    }
+    const DqRow row = dq_row(p, sd, w, kvh, wr0 + g + 8 * h, r1);
+    lo[h] = row.lo;
+    hi[h] = row.hi;
+    lse2[h] = row.lse2;
+    dl[h] = row.delta;
   }
   float acc[DT][4];
 #pragma unroll
@@ -176,19 +170,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1) hopper_dq_kernel(const __g
       float sacc[NT][4], pacc[NT][4];
       // G1 S = Q K^T, G2 dP = dO V^T (B operands K-major: [keys][D])
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t oa = ((kk >> 2) * (BM * 64) + (kk & 3) * 16) * sizeof(T);
-        const uint32_t ob = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
-        wgmma_ss_m64n64k16<T>(sacc, desc_advance(desc_q, oa), desc_advance(dk, ob), kk > 0);
-      }
+      wgmma_ss_over_d<T, D, BM, BN>(sacc, desc_q, dk);
       wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t oa = ((kk >> 2) * (BM * 64) + (kk & 3) * 16) * sizeof(T);
-        const uint32_t ob = ((kk >> 2) * (BN * 64) + (kk & 3) * 16) * sizeof(T);
-        wgmma_ss_m64n64k16<T>(pacc, desc_advance(desc_do, oa), desc_advance(dv, ob), kk > 0);
-      }
+      wgmma_ss_over_d<T, D, BM, BN>(pacc, desc_do, dv);
       wgmma_commit();
       // P, masked to each row's keys, while G2 runs
       wgmma_wait<1>();
@@ -243,54 +227,23 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1) hopper_dq_kernel(const __g
   }
 }
 
-template <typename T, int D>
-void launch_variant(const HopperDqParams& hp, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sizeof(HopperDqSmem<T, D>)) + 1024;  // +1024: alignment
-  auto kernel = hopper_dq_kernel<T, D>;
-  static bool configured = false;  // per instantiation; benign race (idempotent)
-  if (!configured) {
-    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
-  kernel<<<grid, (NWG + 1) * 128, smem, stream>>>(hp);
-  ORTHROS_CUDA_LAUNCH_CHECK("hopper_dq_kernel");
-}
-
 }  // namespace
 
 void launch_hopper_backward_dq(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
                                cudaStream_t stream) {
-  const KernelParams& f = bp.f;
-  require(dtype != DType::f32 && (f.D == 64 || f.D == 128), "internal: no Hopper dq kernel for dtype ",
-          dtype_name(dtype), ", D = ", f.D);
-  if (grid.x == 0) return;
-  HopperDqParams hp{};
-  hp.b = bp;
-  hp.tma_kv = geo.kv_rows > 0 && geo.kv_rows < (1LL << 31);
-  if (hp.tma_kv) {
-    const cuuint64_t dims[2] = {cuuint64_t(f.Hkv) * f.D, cuuint64_t(geo.kv_rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(f.Hkv) * f.D * 2};
-    const cuuint32_t box[2] = {64, 64};
-    encode_tensor_map(&hp.tm_k, dtype, f.k, 2, dims, strides, box, "k_cache");
-    encode_tensor_map(&hp.tm_v, dtype, f.v, 2, dims, strides, box, "v_cache");
-  }
-  hp.tma_q = 64 % f.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
-  if (hp.tma_q) {
-    if (geo.total_q > 0) {
-      encode_gqa_rows_map(&hp.tm_q, dtype, f.q, geo.total_q, f.Hq, f.D, f.group, BM, "q");
-      encode_gqa_rows_map(&hp.tm_do, dtype, bp.dO, geo.total_q, f.Hq, f.D, f.group, BM, "d_o");
-    }
-    if (geo.total_out > 0) {
-      encode_gqa_rows_map(&hp.tm_qo, dtype, f.q_out, geo.total_out, f.Hq, f.D, f.group, BM, "q_out");
-      encode_gqa_rows_map(&hp.tm_doo, dtype, bp.dO_out, geo.total_out, f.Hq, f.D, f.group, BM, "d_o_out");
-    }
-  }
-  if (dtype == DType::bf16) {
-    if (f.D == 64) return launch_variant<__nv_bfloat16, 64>(hp, grid, stream);
-    return launch_variant<__nv_bfloat16, 128>(hp, grid, stream);
-  }
-  if (f.D == 64) return launch_variant<__half, 64>(hp, grid, stream);
-  return launch_variant<__half, 128>(hp, grid, stream);
+  dispatch_hopper_types(dtype, bp.f.D, "Hopper dq kernel", [&](auto t, auto d) {
+    using T = typename decltype(t)::type;
+    constexpr int D = decltype(d)::value;
+    if (grid.x == 0) return;
+    HopperDqParams hp{};
+    hp.b = bp;
+    hp.tma_kv = encode_kv_cache_maps(&hp.tm_k, &hp.tm_v, dtype, bp.f, geo.kv_rows, BN);
+    hp.tma_q = encode_bwd_query_maps(dtype, bp, geo, BM, &hp.tm_q, &hp.tm_do, &hp.tm_qo, &hp.tm_doo);
+    constexpr int smem = static_cast<int>(sizeof(HopperDqSmem<T, D>)) + 1024;  // +1024: alignment
+    opt_in_shared_memory<hopper_dq_kernel<T, D>>(smem);
+    hopper_dq_kernel<T, D><<<grid, (NWG + 1) * 128, smem, stream>>>(hp);
+    ORTHROS_CUDA_LAUNCH_CHECK("hopper_dq_kernel");
+  });
 }
 
 }  // namespace orthros::cuda::detail

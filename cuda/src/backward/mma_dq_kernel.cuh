@@ -74,17 +74,11 @@ __global__ void __launch_bounds__(128) mma_bwd_dq_kernel(const __grid_constant__
   float lse2[2], dl[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = wr0 + g + 8 * h;
-    const bool ok = r <= r1;
-    lo[h] = ok ? row_lo(f, w, r) : 1;
-    hi[h] = ok ? row_hi(f, w, r) : 0;
-    lse2[h] = 0.f;
-    dl[h] = 0.f;
-    if (ok) {
-      const long long ridx = bwd_row_index(p, sd, w.is_out, r / f.group, kvh * f.group + r % f.group);
-      lse2[h] = p.lse2[ridx];
-      dl[h] = p.delta[ridx];
-    }
+    const DqRow row = dq_row(p, sd, w, kvh, wr0 + g + 8 * h, r1);
+    lo[h] = row.lo;
+    hi[h] = row.hi;
+    lse2[h] = row.lse2;
+    dl[h] = row.delta;
   }
   const int wtb = wactive ? row_lo(f, w, wr0) / BN : 1, wte = wactive ? row_hi(f, w, wr1) / BN : 0;
   float acc[DT][4];

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "common/device.cuh"
+#include "forward/work.cuh"
 
 #include <type_traits>
 
@@ -57,6 +58,25 @@ __device__ __forceinline__ long long bwd_row_index(const BwdParams& p, const Seq
                                                    int head) {
   const long long row = is_out ? p.total_q + sd.out_off + i : (long long)sd.q_off + i;
   return row * p.f.Hq + head;
+}
+
+/// What a dq kernel needs of row r of work item w (KV head kvh; rows past r1 do not exist): its
+/// key range [lo, hi] (row_lo / row_hi; lo = 1 > hi = 0 for a row that does not exist, so it sees
+/// no key) and the pre-pass's lse2 and Δ (0 for such a row).
+struct DqRow {
+  int lo, hi;
+  float lse2, delta;
+};
+__device__ __forceinline__ DqRow dq_row(const BwdParams& p, const SeqDesc& sd, const Work& w, int kvh, int r, int r1) {
+  DqRow d{1, 0, 0.f, 0.f};
+  if (r > r1) return d;
+  d.lo = row_lo(p.f, w, r);
+  d.hi = row_hi(p.f, w, r);
+  const int tok = p.group_div.div(r);
+  const long long ridx = bwd_row_index(p, sd, w.is_out, tok, kvh * p.f.group + (r - tok * p.f.group));
+  d.lse2 = p.lse2[ridx];
+  d.delta = p.delta[ridx];
+  return d;
 }
 
 }  // namespace orthros::cuda::detail

@@ -227,4 +227,19 @@ __device__ __forceinline__ void wgmma_rs_tb<__half, 128>(float (&d)[16][4], cons
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
+/// d (64 x 64) = A B^T over a K dimension of D (D / 16 wgmma k16 steps; d is overwritten): A is 64
+/// rows of a K-major tile of ROWS_A rows, B the 64 rows of a K-major tile of ROWS_B rows, both
+/// stored as D / 64 column blocks of [ROWS][64] with the 128-byte swizzle; desc_a / desc_b describe
+/// the operand's first row in column block 0. Step kk reads column block kk / 4, 32 bytes further
+/// into the 128-byte row per step. Issues the products only: the caller fences, commits and waits.
+template <typename T, int D, int ROWS_A, int ROWS_B>
+__device__ __forceinline__ void wgmma_ss_over_d(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int in_row = (kk & 3) * 16;
+    wgmma_ss_m64n64k16<T>(d, desc_advance(desc_a, ((kk >> 2) * (ROWS_A * 64) + in_row) * sizeof(T)),
+                          desc_advance(desc_b, ((kk >> 2) * (ROWS_B * 64) + in_row) * sizeof(T)), kk > 0);
+  }
+}
+
 }  // namespace orthros::cuda::detail

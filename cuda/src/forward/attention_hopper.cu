@@ -27,6 +27,7 @@
 // blocks) merges its one chunk into the empty running state in registers (merge_first_chunk);
 // one spanning several chunks keeps the running output in shared memory between merges. Same
 // merge arithmetic as the mma.sync kernel, so the same bits.
+#include "common/hopper_launch.hpp"
 #include "common/hopper_primitives.cuh"
 #include "common/tile_loaders.cuh"
 #include "forward/attention_hopper.hpp"
@@ -305,12 +306,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
         float sacc[NT][4];
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const int koff = (kk & 3) * 16;  // k16 step: column block kk/4, 32 bytes into the row
-          wgmma_ss_m64n64k16<T>(sacc, desc_advance(dq, ((kk >> 2) * (BM * 64) + koff) * sizeof(T)),
-                                desc_advance(dk, ((kk >> 2) * (BN * 64) + koff) * sizeof(T)), kk > 0);
-        }
+        wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, dk);
         wgmma_commit();
         if (kRing) named_bar_arrive(turn_next, 256);
         wgmma_wait<0>();
@@ -430,6 +426,17 @@ void encode_gqa_rows_map(CUtensorMap* map, DType dt, const void* ptr, long long 
   encode_tensor_map(map, dt, ptr, 3, dims, strides, box, what);
 }
 
+bool encode_kv_cache_maps(CUtensorMap* k_map, CUtensorMap* v_map, DType dt, const KernelParams& kp, long long kv_rows,
+                          int box_rows) {
+  if (kv_rows <= 0 || kv_rows >= (1LL << 31)) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(kp.Hkv) * kp.D, cuuint64_t(kv_rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(kp.Hkv) * kp.D * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  encode_tensor_map(k_map, dt, kp.k, 2, dims, strides, box, "k_cache");
+  encode_tensor_map(v_map, dt, kp.v, 2, dims, strides, box, "v_cache");
+  return true;
+}
+
 namespace {
 
 HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo, long long gx) {
@@ -439,14 +446,7 @@ HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const
   hp.hkv_div = FastDiv::of(kp.Hkv);
   const int BM = hopper_block_rows(nwg);
   // K/V: every cache row of the batch, [rows][H_kv * D]; int32 TMA coordinates.
-  hp.tma_kv = geo.kv_rows > 0 && geo.kv_rows < (1LL << 31);
-  if (hp.tma_kv) {
-    const cuuint64_t dims[2] = {cuuint64_t(kp.Hkv) * D, cuuint64_t(geo.kv_rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(kp.Hkv) * D * 2};
-    const cuuint32_t box[2] = {64, 64};
-    encode_tensor_map(&hp.tm_k, dt, kp.k, 2, dims, strides, box, "k_cache");
-    encode_tensor_map(&hp.tm_v, dt, kp.v, 2, dims, strides, box, "v_cache");
-  }
+  hp.tma_kv = encode_kv_cache_maps(&hp.tm_k, &hp.tm_v, dt, kp, geo.kv_rows, kKeyTile);
   // Q: [tokens][H_q][D] in boxes of whole tokens (BM / group of them) x the group's heads.
   hp.tma_q = 64 % kp.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
   if (hp.tma_q) {
@@ -486,23 +486,16 @@ void launch_d(int nwg, bool det, const HopperParams& hp, long long gx, cudaStrea
   return launch_variant<T, D, 3, false>(hp, gx, stream);
 }
 
-template <typename T>
-void launch_t(int D, int nwg, bool det, const HopperParams& hp, long long gx, cudaStream_t stream) {
-  if (D == 64) return launch_d<T, 64>(nwg, det, hp, gx, stream);
-  if (D == 128) return launch_d<T, 128>(nwg, det, hp, gx, stream);
-  throw Error(::orthros::detail::cat("internal: no Hopper kernel for head_dim ", D));
-}
-
 }  // namespace
 
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
                            const HopperGeometry& geo, long long gx, cudaStream_t stream) {
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
-  require(dtype != DType::f32 && (D == 64 || D == 128), "internal: no Hopper kernel for dtype ", dtype_name(dtype),
-          ", D = ", D);
-  const HopperParams hp = make_params(dtype, D, nwg, kp, geo, gx);
-  if (dtype == DType::bf16) return launch_t<__nv_bfloat16>(D, nwg, deterministic, hp, gx, stream);
-  return launch_t<__half>(D, nwg, deterministic, hp, gx, stream);
+  dispatch_hopper_types(dtype, D, "Hopper kernel", [&](auto t, auto d) {
+    constexpr int Dc = decltype(d)::value;
+    const HopperParams hp = make_params(dtype, Dc, nwg, kp, geo, gx);
+    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx, stream);
+  });
 }
 
 }  // namespace orthros::cuda::detail

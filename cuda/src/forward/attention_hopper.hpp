@@ -26,6 +26,14 @@ void encode_tensor_map(CUtensorMap* map, DType dt, const void* ptr, int rank, co
 void encode_gqa_rows_map(CUtensorMap* map, DType dt, const void* ptr, long long tokens, int Hq, int D, int group,
                          int block_rows, const char* what);
 
+/// The TMA descriptors of the K and V caches, [kv_rows][H_kv * kp.D] (every cache row of the
+/// batch: row b * capacity + n), read in boxes of 64 dims x box_rows cache rows (<= 256), into
+/// k_map / v_map. Returns false and encodes nothing when kv_rows is 0 or does not fit TMA's int32
+/// coordinates: the kernel then loads every K/V tile by cp.async. \throws CudaError as
+/// encode_tensor_map.
+bool encode_kv_cache_maps(CUtensorMap* k_map, CUtensorMap* v_map, DType dt, const KernelParams& kp, long long kv_rows,
+                          int box_rows);
+
 /// Rows per CTA of the Hopper kernel: kHopperWarpgroupRows per consumer warpgroup.
 constexpr int hopper_block_rows(int nwg) { return kHopperWarpgroupRows * nwg; }
 

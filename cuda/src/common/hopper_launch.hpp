@@ -1,0 +1,45 @@
+// Host side of launching the wgmma (sm_90a) kernels: the dispatch over the instantiated element
+// types and head dims, and the one-time opt-in to more than 48 KB of dynamic shared memory.
+#pragma once
+
+#include "common/device.cuh"
+
+#include <type_traits>
+
+namespace orthros::cuda::detail {
+
+/// A type as a value, for generic lambdas: `typename decltype(tag)::type`.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// Calls fn(TypeTag<T>{}, std::integral_constant<int, D>{}) for the element type of `dtype`
+/// (bf16 -> __nv_bfloat16, f16 -> __half) and head dim D, the combinations every wgmma kernel is
+/// instantiated for (D = 64 or 128), and returns its result. Throws orthros::Error naming `what`
+/// (the kernel) for f32 or another D: the dispatch in attention.cu / attention_backward.cu sends
+/// those to the generic kernels, so reaching this is an internal error.
+template <typename Fn>
+decltype(auto) dispatch_hopper_types(DType dtype, int D, const char* what, Fn&& fn) {
+  require(dtype != DType::f32 && (D == 64 || D == 128), "internal: no ", what, " for dtype ", dtype_name(dtype),
+          ", D = ", D);
+  auto by_d = [&](auto tag) -> decltype(auto) {
+    if (D == 64) return fn(tag, std::integral_constant<int, 64>{});
+    return fn(tag, std::integral_constant<int, 128>{});
+  };
+  if (dtype == DType::bf16) return by_d(TypeTag<__nv_bfloat16>{});
+  return by_d(TypeTag<__half>{});
+}
+
+/// Lets `Kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize),
+/// once per kernel instantiation. CudaError when the GPU refuses (more than it has).
+template <auto Kernel>
+void opt_in_shared_memory(int bytes) {
+  static bool configured = false;  // per instantiation; benign race (the attribute call is idempotent)
+  if (!configured) {
+    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configured = true;
+  }
+}
+
+}  // namespace orthros::cuda::detail
