@@ -158,7 +158,7 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     if constexpr (!std::is_same_v<T, float>) {
       require(D == 64 || D == 128, "internal: no tensor-core backward kernel for D = ", D);
       if (hopper) {
-        const HopperBwdGeometry geo{tq, to, static_cast<long long>(b.batch()) * buf.capacity};
+        const HopperGeometry geo{static_cast<long long>(b.batch()) * buf.capacity, tq, to};
         if (run_dq) {
           // The dq kernel's work items count row blocks of kHopperDqBlockRows rows.
           constexpr int hbm = kHopperDqBlockRows;

@@ -298,10 +298,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
 
 }  // namespace
 
-bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, int block_rows,
+bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperGeometry& geo, int block_rows,
                            CUtensorMap* q, CUtensorMap* d_o, CUtensorMap* q_out, CUtensorMap* d_o_out) {
   const KernelParams& f = bp.f;
-  if (64 % f.group != 0 || geo.total_q >= (1LL << 31) || geo.total_out >= (1LL << 31)) return false;
+  if (!tma_query_maps_fit(f.group, geo)) return false;
   if (geo.total_q > 0) {
     encode_gqa_rows_map(q, dtype, f.q, geo.total_q, f.Hq, f.D, f.group, block_rows, "q");
     encode_gqa_rows_map(d_o, dtype, bp.dO, geo.total_q, f.Hq, f.D, f.group, block_rows, "d_o");
@@ -313,7 +313,7 @@ bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperBwdGeom
   return true;
 }
 
-void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
+void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
                             cudaStream_t stream) {
   dispatch_hopper_types(dtype, bp.f.D, "Hopper backward kernel", [&](auto t, auto d) {
     using T = typename decltype(t)::type;

@@ -5,26 +5,18 @@
 
 #include "backward/params.cuh"
 #include "common/tile_config.cuh"
+#include "forward/attention_hopper.hpp"
 
 #include <cuda.h>
 
 namespace orthros::cuda::detail {
 
-/// Extents of the whole call's query-like tensors (the TMA descriptors cover them; bp.f.seq may
-/// be a subset of the batch).
-struct HopperBwdGeometry {
-  long long total_q;    // rows of q and d_o          [total_q][H_q][D]
-  long long total_out;  // rows of q_out and d_o_out  [total_out][H_q][D]
-  long long kv_rows;    // B * capacity: rows of k_cache / v_cache [rows][H_kv][D]
-};
-
 /// Encodes the TMA descriptors of the backward's query-like inputs (encode_gqa_rows_map, boxes of
 /// block_rows rows): q and d_o over geo.total_q tokens, q_out and d_o_out over geo.total_out (a
 /// stream without tokens is left unencoded; the kernels never read it). Returns false and encodes
-/// nothing when the group does not divide 64 (a 64-row slice, one warpgroup's or one step's, would
-/// not start at a token) or a stream's tokens do not fit TMA's int32 coordinates: the kernel then
-/// loads Q and dO by cp.async. \throws CudaError as encode_tensor_map.
-bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, int block_rows,
+/// nothing when !tma_query_maps_fit(group, geo): the kernel then loads Q and dO by cp.async.
+/// \throws CudaError as encode_tensor_map.
+bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperGeometry& geo, int block_rows,
                            CUtensorMap* q, CUtensorMap* d_o, CUtensorMap* q_out, CUtensorMap* d_o_out);
 
 /// Rows per CTA of the Hopper dq kernel.
@@ -34,7 +26,7 @@ constexpr int kHopperDqBlockRows = kHopperWarpgroupRows * kHopperConsumers;
 /// (key blocks of kHopperBwdKeys x H_kv, 1, sequences of bp.f.seq): writes dk and dv of every key.
 /// Needs the pre-pass's bp.delta and bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error
 /// otherwise); CudaError when a TMA descriptor cannot be encoded or the launch fails.
-void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
+void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
                             cudaStream_t stream);
 
 /// Launches the query-outer wgmma dq kernel (attention_backward_hopper_dq.cu) over `grid` =
@@ -42,7 +34,7 @@ void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperBwdGeo
 /// kKeyTile>(x) (bp.f.max_out_blocks counted in blocks of kHopperDqBlockRows rows); writes dq and
 /// dq_out. Needs the pre-pass's bp.delta and bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error
 /// otherwise); CudaError when a TMA descriptor cannot be encoded or the launch fails.
-void launch_hopper_backward_dq(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
+void launch_hopper_backward_dq(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
                                cudaStream_t stream);
 
 }  // namespace orthros::cuda::detail

@@ -229,7 +229,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1) hopper_dq_kernel(const __g
 
 }  // namespace
 
-void launch_hopper_backward_dq(DType dtype, const BwdParams& bp, const HopperBwdGeometry& geo, dim3 grid,
+void launch_hopper_backward_dq(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
                                cudaStream_t stream) {
   dispatch_hopper_types(dtype, bp.f.D, "Hopper dq kernel", [&](auto t, auto d) {
     using T = typename decltype(t)::type;

@@ -448,7 +448,7 @@ HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const
   // K/V: every cache row of the batch, [rows][H_kv * D]; int32 TMA coordinates.
   hp.tma_kv = encode_kv_cache_maps(&hp.tm_k, &hp.tm_v, dt, kp, geo.kv_rows, kKeyTile);
   // Q: [tokens][H_q][D] in boxes of whole tokens (BM / group of them) x the group's heads.
-  hp.tma_q = 64 % kp.group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
+  hp.tma_q = tma_query_maps_fit(kp.group, geo);
   if (hp.tma_q) {
     if (geo.total_q > 0) encode_gqa_rows_map(&hp.tm_q, dt, kp.q, geo.total_q, kp.Hq, D, kp.group, BM, "q");
     if (geo.total_out > 0) encode_gqa_rows_map(&hp.tm_qo, dt, kp.q_out, geo.total_out, kp.Hq, D, kp.group, BM, "q_out");

@@ -37,12 +37,20 @@ bool encode_kv_cache_maps(CUtensorMap* k_map, CUtensorMap* v_map, DType dt, cons
 /// Rows per CTA of the Hopper kernel: kHopperWarpgroupRows per consumer warpgroup.
 constexpr int hopper_block_rows(int nwg) { return kHopperWarpgroupRows * nwg; }
 
-/// Extents of the whole call's tensors (the TMA descriptors cover them; kp.seq may be a subset).
+/// Extents of the whole call's tensors, forward and backward (the TMA descriptors cover them;
+/// kp.seq may be a subset of the batch).
 struct HopperGeometry {
   long long kv_rows;    // B * capacity: rows of k_cache / v_cache, [rows][H_kv][D]
-  long long total_q;    // rows of q  [total_q][H_q][D]
-  long long total_out;  // rows of q_out
+  long long total_q;    // rows of q (and of the backward's d_o)  [total_q][H_q][D]
+  long long total_out;  // rows of q_out (and of d_o_out)
 };
+
+/// Whether the query-like tensors can be read by TMA in GQA row blocks (encode_gqa_rows_map): the
+/// group divides 64 (every 64-row slice, one warpgroup's or one step's, starts at a token) and
+/// both streams' tokens fit TMA's int32 coordinates. Otherwise the kernels load them by cp.async.
+inline bool tma_query_maps_fit(int group, const HopperGeometry& geo) {
+  return 64 % group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
+}
 
 /// Launches the warp-specialized wgmma kernel over the work items (x, KV head, sequence) of one
 /// launch, x < gx (make_work_at's enumeration; BM = hopper_block_rows(nwg), BN = 64), as a
