@@ -16,20 +16,26 @@ RUNS=${ORTHROS_BENCH_RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; cat "$BIN/COMMIT" 2>/dev/null; date -u; } \
   | tee "$OUTDIR/env.txt"
 test_rc=0
-# The backward on both kernel paths (automatic: the wgmma kernel on an H100/H200; generic: mma.sync).
-for path in automatic generic; do
+# The backward on both kernel paths (automatic: the wgmma kernels on an H100/H200; generic:
+# mma.sync), and the automatic path with the fused dq forced (ORTHROS_BWD_FUSED_DQ=1: by default it
+# runs only for sequences of >= 24K output rows, longer than the tests').
+for path in automatic generic fused; do
   echo "== backward gpu tests ($path)"
-  ORTHROS_TEST_KERNEL=$path timeout 240 "$BIN/test_attention_backward_gpu" > "$OUTDIR/tests_bwd_$path.log" 2>&1
+  if [ $path = fused ]; then kernel=automatic fused=1; else kernel=$path fused=; fi
+  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused timeout 240 "$BIN/test_attention_backward_gpu" \
+    > "$OUTDIR/tests_bwd_$path.log" 2>&1
   rc=$?
   grep -E "^\[  |^\[       OK|FAILED|Failure|^\[ bwd|^(dq|dk|dv|dq_out):" "$OUTDIR/tests_bwd_$path.log" | cut -c1-300
   echo "tests ($path) exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
 done
-echo "== layer backward gpu tests"
-timeout 240 "$BIN/test_layer_backward_gpu" > "$OUTDIR/tests_layer_bwd.log" 2>&1
-layer_rc=$?
-grep -E "^\[  |^\[       OK|FAILED|Failure|worst|FAIL" "$OUTDIR/tests_layer_bwd.log" | cut -c1-300
-echo "layer tests exit status: $layer_rc"
-[ $test_rc -eq 0 ] && test_rc=$layer_rc
+for fused in "" 1; do
+  echo "== layer backward gpu tests${fused:+ (fused dq)}"
+  ORTHROS_BWD_FUSED_DQ=$fused timeout 240 "$BIN/test_layer_backward_gpu" > "$OUTDIR/tests_layer_bwd$fused.log" 2>&1
+  layer_rc=$?
+  grep -E "^\[  |^\[       OK|FAILED|Failure|worst|FAIL" "$OUTDIR/tests_layer_bwd$fused.log" | cut -c1-300
+  echo "layer tests exit status: $layer_rc"
+  [ $test_rc -eq 0 ] && test_rc=$layer_rc
+done
 echo "== orthros verify --grad --device cuda"
 for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
   set -- $cfg
@@ -37,12 +43,15 @@ for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
   rc=${PIPESTATUS[0]}; echo "verify --grad --device cuda $1 exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
 done
 if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
-  for tool in ${ORTHROS_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
-    echo "== compute-sanitizer $tool (SanitizerSmall)"
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_backward_gpu" \
-      --gtest_filter='*SanitizerSmall*' > "$OUTDIR/sanitizer_$tool.log" 2>&1
-    echo "$tool exit status: $?"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|PASSED|FAILED" "$OUTDIR/sanitizer_$tool.log" | head -8
+  # Both Hopper dq paths: the two kernels (default at these sizes) and the fused dq.
+  for fused in "" 1; do
+    for tool in ${ORTHROS_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
+      echo "== compute-sanitizer $tool (SanitizerSmall${fused:+, fused dq})"
+      ORTHROS_BWD_FUSED_DQ=$fused timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
+        "$BIN/test_attention_backward_gpu" --gtest_filter='*SanitizerSmall*' > "$OUTDIR/sanitizer_$tool$fused.log" 2>&1
+      echo "$tool exit status: $?"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|PASSED|FAILED" "$OUTDIR/sanitizer_$tool$fused.log" | head -8
+    done
   done
   # The layer backward (our stage/colsum kernels plus cuBLAS): bf16 cases. Racecheck does not model
   # the mbarrier sync of cuBLAS's nvjet_sm90 GEMMs (bench/results/2026-12-01-h200-sanitizers.md):

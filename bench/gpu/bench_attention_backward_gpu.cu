@@ -2,15 +2,19 @@
 // CUDA-event timing, median of N timed samples after 3 warm-ups, the L2 flushed before every
 // sample, canaries checked after every sample. PT (T_out = T) and SFT (T_out = T/4) training
 // steps at T = 8K and 32K, bf16, qwen3-8b attention shape (H_q=32, H_kv=8, D=128), w=128; both
-// modes (the backward has no non-deterministic path, so this measures the cost of
-// `deterministic` = 1.00x), the generic (mma.sync) path next to the default one (wgmma on an
-// H100/H200), the forward for scale, and the two kernels alone (dq, dkdv: the internal entries of
-// cuda/src/backward/attention_backward_parts.hpp). Then the
+// modes (on an H100/H200 the fast mode of long sequences folds dq into the dk/dv kernel, the
+// deterministic mode runs the query-outer dq kernel beside it), the generic (mma.sync) path next
+// to the default one, the forward for scale, and the two kernels alone (dq, dkdv: the internal
+// entries of cuda/src/backward/attention_backward_parts.hpp). Then the
 // attention LAYER at qwen3-8b's d_model = 4096 (PT): attention_layer_forward and
 // attention_layer_backward (the recomputed forward, cuBLAS projection gradients, the operator
 // backward, the RoPE/scale-offset/QK-norm backward and its reductions).
 // FLOPs of the operator rows: CaseShape (case_shape.hpp); of the layer rows: the projection GEMMs.
-// Usage: bench_attention_backward_gpu [--runs N] [--json FILE] [--quick]
+// Usage: bench_attention_backward_gpu [--runs N] [--json FILE] [--quick] [--seq-lens T1,T2,...]
+//        [--backward-only]
+// --seq-lens replaces the lengths; --backward-only times only the fast-mode backward (no forward,
+// det, generic, halves or layer rows): with ORTHROS_BWD_FUSED_DQ=0 / 1 it measures where the fused
+// dq starts to pay (attention_backward.cu, kFusedDqMinOutTokens).
 #include "backward/attention_backward_parts.hpp"
 #include "orthros/cuda/attention_backward.hpp"
 #include "orthros/cuda/layer_backward.hpp"
@@ -40,12 +44,30 @@ using Row = gh::BenchRow;
 int run(int argc, char** argv) {
   int runs = 25;
   std::string json;
-  bool quick = false;
+  bool quick = false, bwd_only = false;
+  std::vector<int> lens;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--backward-only")) bwd_only = true;
+    else if (!std::strcmp(argv[i], "--seq-lens") && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long t = std::strtol(p, &end, 10);
+        if (end == p || t <= 0 || t > (1L << 22)) {
+          std::fprintf(stderr, "--seq-lens: expected positive lengths separated by commas (got '%s')\n", argv[i]);
+          return 2;
+        }
+        lens.push_back(static_cast<int>(t));
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
   }
+  if (lens.empty()) lens = quick ? std::vector<int>{8192} : std::vector<int>{8192, 32768};
   cudaDeviceProp prop;
   gh::check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -61,7 +83,7 @@ int run(int argc, char** argv) {
   const int Hq = 32, Hkv = 8, D = 128;
   const long long W = 128;
   std::vector<Row> rows;
-  for (int T : quick ? std::vector<int>{8192} : std::vector<int>{8192, 32768}) {
+  for (int T : lens) {
     for (int T_out : {T, T / 4}) {
       gh::AttentionCase ac(gh::CaseShape::uniform(Hq, Hkv, D, W, 2, 1, T, 0, T_out), orthros::cuda::DType::bf16,
                            true);
@@ -74,19 +96,26 @@ int run(int argc, char** argv) {
       std::snprintf(shape, sizeof shape, "T=%d T_out=%d w=%lld", T, T_out, W);
       ac.forward(c);  // one checked call: outputs poisoned before, canaries checked after
       const orthros::cuda::AttentionBuffers fb = ac.forward_buffers();
-      const double fms = median_ms([&] { orthros::cuda::attention_forward(c, lay, fb, nullptr); }, runs);
-      rows.push_back({tag + "_fwd", shape, fms, 0, ac.forward_flops()});
+      if (!bwd_only) {
+        const double fms = median_ms([&] { orthros::cuda::attention_forward(c, lay, fb, nullptr); }, runs);
+        rows.push_back({tag + "_fwd", shape, fms, 0, ac.forward_flops()});
+      }
       ac.set_backward_workspace(orthros::cuda::attention_backward_workspace_bytes(c, lay));
       ac.forward(c);  // o and lse of these inputs for the backward
       ac.backward(c);
       const orthros::cuda::AttentionBackwardBuffers bb = ac.backward_buffers();
       const double bwd_flops = ac.backward_flops();
       for (bool det : {false, true}) {
+        if (det && bwd_only) break;
         c.deterministic = det;
         const double ms = median_ms([&] { orthros::cuda::attention_backward(c, lay, bb, nullptr); }, runs);
         rows.push_back({tag + (det ? "_bwd_det" : "_bwd"), shape, ms, 0, bwd_flops});
       }
       c.deterministic = false;
+      if (bwd_only) {
+        check_after = nullptr;
+        continue;
+      }
       c.kernel = orthros::cuda::KernelPath::generic;
       rows.push_back({tag + "_bwd_generic", shape,
                       median_ms([&] { orthros::cuda::attention_backward(c, lay, bb, nullptr); }, runs), 0, bwd_flops});
@@ -108,7 +137,7 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "cublasCreate failed\n");
     return 1;
   }
-  for (int T : quick ? std::vector<int>{8192} : std::vector<int>{8192, 32768}) {
+  for (int T : bwd_only ? std::vector<int>{} : lens) {
     const long long dm = 4096, d = (long long)Hq * D, dkv = (long long)Hkv * D;
     orthros::cuda::LayerConfig lc;
     lc.dtype = orthros::cuda::DType::bf16;

@@ -290,7 +290,8 @@ and the upstream gradients d_o [sum T_b, H_q, D], d_o_out [sum T_out_b, H_q, D];
 (q's shapes) and dk, dv [sum T_b, H_kv, D] PACKED like the projections' outputs (row q_off_b + j =
 cache row j of sequence b), not the cache layout. Out-stream arrays may be None when sum T_out_b =
 0. workspace: attention_backward_workspace_bytes() bytes or None (then allocated on the stream).
-Bitwise deterministic in both modes. Raises orthros.Error naming the argument on bad input (P > 0
+dk and dv are bitwise reproducible in both modes; dq and dq_out in the deterministic mode (the
+Hopper fast mode adds dq in float32 in no fixed order: docs/cuda.md). Raises orthros.Error naming the argument on bad input (P > 0
 included), RuntimeError when a CUDA call fails.)doc");
 
   m.def("rope_append_kv", &rope_append_kv, nb::kw_only(), arg("k_new").none(), arg("v_new").none(),

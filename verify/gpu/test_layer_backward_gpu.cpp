@@ -256,7 +256,9 @@ void run_case(const BwdCase& c) {
               v.report.c_str(), v.worst_ratio, v.worst_rel);
   EXPECT_TRUE(v.pass) << v.report;
 
-  // Run to run: bitwise the same gradients (no atomics, fixed reduction orders).
+  // Run to run: bitwise the same gradients (fixed reduction orders) wherever the attention
+  // backward is reproducible (not the Hopper fast mode's dq, added in no fixed order: attention_backward.hpp).
+  if (!cuda::attention_backward_is_reproducible(gpu_config(c, dtype_of<S>()).attention(), lay)) return;
   const Grads<S> g2 = run(x, x_out, dy, dy_out, blas.h);
   auto same = [](const auto& a, const auto& b) {
     return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0);

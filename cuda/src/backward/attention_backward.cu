@@ -1,8 +1,9 @@
 // Dispatch of the Orthros attention backward (SPEC §9): validation, the pre-pass, and the choice of
-// the kernels per regime. The pre-pass is backward/delta_kernel.cuh; then, in both modes,
-//   Hopper path (sm_90, bf16/f16, D = 64/128, cfg.kernel != generic): the query-outer wgmma dq
-//     kernel (backward/attention_backward_hopper_dq.cu) and the KV-block-outer wgmma dk/dv kernel
-//     (backward/attention_backward_hopper.cu);
+// the kernels per regime. The pre-pass is backward/delta_kernel.cuh; then
+//   Hopper path (sm_90, bf16/f16, D = 64/128, cfg.kernel != generic): the KV-block-outer wgmma
+//     dk/dv kernel (backward/attention_backward_hopper.cu), in the fast mode with dq folded in
+//     (a float32 accumulator in the workspace and a post-pass), in the deterministic mode beside
+//     the query-outer wgmma dq kernel (backward/attention_backward_hopper_dq.cu);
 //   generic path: bf16/f16 with D = 64/128 run the mma.sync kernels (backward/mma_dq_kernel.cuh,
 //     backward/mma_dkdv_kernel.cuh), everything else the SIMT kernels (backward/simt_kernels.cuh).
 #include "backward/attention_backward_hopper.hpp"
@@ -14,6 +15,7 @@
 #include "orthros/cuda/attention_backward.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace orthros::cuda {
 
@@ -37,8 +39,48 @@ bool use_hopper(const AttentionConfig& c) {
   return use_mma(c) && c.kernel != KernelPath::generic && hopper_kernels_available();
 }
 
+/// Where the Hopper fast mode folds dq into the dk/dv kernel: calls with a sequence of at least
+/// this many output rows (T_out, the causal stream). Measured on the H200 (bench/results/
+/// 2026-12-03-h200-fused-dq.md, qwen3-8b shape, fused / two kernels): PT 8K 1.09x, 12K 1.01x, 16K
+/// 1.00x, 24K 0.95x, 32K 0.94x; SFT (T_out = T/4) 1.12x at 8K, 1.02x at 16K, 0.99x at 24K-32K
+/// (T_out 6K-8K). The fused dq only pays where the causal stream is long; below that the two
+/// kernels are as fast or faster and bitwise reproducible.
+constexpr std::int64_t kFusedDqMinOutTokens = 24576;
+
+/// The fused dq runs this call: Hopper path, fast mode, a sequence with kFusedDqMinOutTokens output
+/// rows. ORTHROS_BWD_FUSED_DQ = 1 / 0 forces it on / off for every Hopper fast-mode call (the
+/// tests' and the benchmark's switch).
+bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
+  static const int forced = [] {
+    const char* e = std::getenv("ORTHROS_BWD_FUSED_DQ");
+    return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
+  }();
+  if (!use_hopper(c) || c.deterministic || forced == 0) return false;
+  if (forced == 1) return true;
+  std::int64_t longest = 0;
+  for (auto t : b.out_lens) longest = std::max<std::int64_t>(longest, t);
+  return longest >= kFusedDqMinOutTokens;
+}
+
+/// Bytes of the pre-pass's Δ and lse2, rounded up to 256 (the dq accumulator follows).
+std::size_t prepass_ws(const AttentionConfig& c, const BatchLayout& b) {
+  const std::size_t n = static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
+  return (n + 255) / 256 * 256;
+}
+
+/// Blocks of the fused dq accumulator's base stream; the output stream's follow (DqAccumulator).
+long long dq_acc_base_blocks(const AttentionConfig& c, const BatchLayout& b) {
+  return dq_acc_blocks(b.total_q(), c.num_q_heads / c.num_kv_heads, b.batch());
+}
+
+std::size_t dq_acc_ws(const AttentionConfig& c, const BatchLayout& b) {
+  const int group = c.num_q_heads / c.num_kv_heads;
+  const long long blocks = dq_acc_base_blocks(c, b) + dq_acc_blocks(b.total_out(), group, b.batch());
+  return static_cast<std::size_t>(blocks) * c.num_kv_heads * kHopperBwdRows * c.head_dim * sizeof(float);
+}
+
 std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
-  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
+  return prepass_ws(c, b) + (use_fused_dq(c, b) ? dq_acc_ws(c, b) : 0);
 }
 
 template <typename Kernel>
@@ -119,7 +161,16 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     ORTHROS_CUDA_LAUNCH_CHECK("delta_kernel");
   }
   const bool mma = use_mma(c), hopper = use_hopper(c);
-  const bool run_dq = only.dq, run_dkdv = only.dkdv;
+  // Fused dq (Hopper fast mode, both halves asked for): the accumulator is zeroed here, filled by
+  // the dk/dv kernel and turned into dq / dq_out by the post-pass of each sequence group.
+  const bool fused_dq = use_fused_dq(c, b) && only.dq && only.dkdv;
+  DqAccumulator acc;
+  if (fused_dq) {
+    acc.acc = reinterpret_cast<float*>(reinterpret_cast<char*>(ws) + prepass_ws(c, b));
+    acc.out_block0 = dq_acc_base_blocks(c, b);
+    ORTHROS_CUDA_CHECK(cudaMemsetAsync(acc.acc, 0, dq_acc_ws(c, b), stream));
+  }
+  const bool run_dq = only.dq && !fused_dq, run_dkdv = only.dkdv;
   const int bm = mma ? kBwdDqBM : kSimtBwdWarps;
   const int bn_kv = hopper ? kHopperBwdKeys : mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
   int q_off = 0, out_off = 0;
@@ -173,7 +224,13 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
           require(items < (1LL << 31), "internal: grid too large (", items, " blocks)");
           launch_hopper_backward_dq(c.dtype, bq, geo, dim3(static_cast<unsigned>(items), 1, ns), stream);
         }
-        if (run_dkdv && max_kv_blocks > 0) launch_hopper_backward(c.dtype, bp, geo, grid_kv, stream);
+        static_assert(kBwdDqBM == kHopperBwdRows, "the post-pass grid counts the blocks of the accumulator");
+        acc.seq0 = s0;
+        if (run_dkdv && max_kv_blocks > 0)
+          launch_hopper_backward(c.dtype, bp, geo, grid_kv, fused_dq ? acc : DqAccumulator{}, stream);
+        if (fused_dq && gx > 0)
+          launch_hopper_dq_convert(c.dtype, bp, acc, max_base_blocks,
+                                   dim3(static_cast<unsigned>(gx), static_cast<unsigned>(c.num_kv_heads), ns), stream);
       } else if (D == 64) {
         launch_mma_bwd<T, 64>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream);
       } else {
@@ -238,6 +295,11 @@ void backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBac
 std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch) {
   validate_backward(cfg, batch);
   return backward_ws(cfg, batch);
+}
+
+bool attention_backward_is_reproducible(const AttentionConfig& cfg, const BatchLayout& batch) {
+  validate_backward(cfg, batch);
+  return !use_fused_dq(cfg, batch);
 }
 
 void attention_backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBackwardBuffers& buf,

@@ -17,12 +17,19 @@
 //     dS^T = P^T (dP^T - Δ) (while G3 runs), 0 for a row that sees one key
 //     G4 dK += dS^T Q                    dS^T from registers, Q transposed
 //   dK and dV stay in registers over all row blocks and are written once.
+// Fused dq (DQ = true, the fast mode), FlashAttention-3's structure:
+//     dS^T of both warpgroups into shared memory (while G4 runs), then
+//     G5 dQ = dS K                       both operands transposed from shared memory; at D = 128
+//                                        warpgroup wg computes the output columns [64 wg, 64 wg +
+//                                        64) over all 128 keys, at D = 64 all columns over its keys
+//     the 64 x 64 float32 dQ tile into the warpgroup's staging buffer (register order, 16-byte
+//     stores), from which the producer warpgroup's second warp adds it to the float32 dq
+//     accumulator (DqAccumulator) with one TMA bulk reduction, overlapped with the next row block.
 // The elementwise arithmetic is the mma.sync dk/dv kernel's (backward/mma_dkdv_kernel.cuh). Every
 // dk/dv element is accumulated in a fixed order that depends only on its sequence: bitwise
-// reproducible and batch-invariant. dq comes from the query-outer kernel
-// (attention_backward_hopper_dq.cu): folding it in here needs a float32 reduction across the CTAs
-// that see a row block, and its traffic (32 KB per CTA and row block, 4.4 GB at PT 8K on the
-// qwen3-8b shape) made the fused kernel slower than the two kernels (bench/results).
+// reproducible and batch-invariant. The fused dq adds the CTAs' partial sums in the order they
+// finish (not reproducible); without DQ, dq comes from the query-outer kernel
+// (attention_backward_hopper_dq.cu), the deterministic mode's path.
 #include "backward/attention_backward_hopper.hpp"
 #include "common/hopper_launch.hpp"
 #include "common/hopper_primitives.cuh"
@@ -50,13 +57,41 @@ struct HopperBwdSmem {
   uint64_t full[STAGES], empty[STAGES];
 };
 
-/// The kernel's parameters: the backward's parameters and the TMA descriptors of the query-like
-/// tensors.
+/// Shared memory of the fused dq (DQ = true), after HopperBwdSmem at a 1024-byte boundary: two
+/// buffers of dS^T ([BN keys][BQ rows] bf16/f16 with the 128-byte swizzle: the MN-major A operand
+/// of dQ = dS K; row block `it` uses buffer it % 2), one staging tile per warpgroup for the bulk
+/// reduction (64 x 64 float32 in register order) with its destination and full/empty mbarriers.
+template <typename T>
+struct HopperDqSmem {
+  T ds[2][BN * BQ];
+  float stage[2][BQ * 64];
+  float* dst[2];  // where the staged tile goes (its accumulator chunk), set with it
+  uint64_t stage_full[2], stage_empty[2];
+};
+template <typename T, int D, bool DQ>
+constexpr int hopper_bwd_smem_bytes() {
+  constexpr int main = (static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1023) / 1024 * 1024;
+  return main + (DQ ? static_cast<int>(sizeof(HopperDqSmem<T>)) : 0) + 1024;  // +1024: alignment
+}
+
+/// The kernel's parameters: the backward's parameters, the TMA descriptors of the query-like
+/// tensors and the fused dq's accumulator.
 struct HopperBwdParams {
   BwdParams b;
   CUtensorMap tm_q, tm_qo, tm_do, tm_doo;  // [tokens][H_q][D], box 64 x group x (BQ / group)
   int tma_q;                               // 0: Q and dO by cp.async
+  DqAccumulator dq;                        // DQ = true only
 };
+
+/// The accumulator chunk of row block `rbk` (its 64 rows x D floats) of KV head kvh.
+__device__ __forceinline__ float* dq_acc_chunk(const HopperBwdParams& hp, const SeqDesc& sd, bool is_out, int rb,
+                                               int kvh) {
+  const KernelParams& f = hp.b.f;
+  const int seq = hp.dq.seq0 + static_cast<int>(blockIdx.z);
+  const long long blk = is_out ? hp.dq.out_block0 + dq_acc_block(sd.out_off, f.group, seq) + rb
+                               : dq_acc_block(sd.q_off, f.group, seq) + rb;
+  return hp.dq.acc + (size_t)(blk * f.Hkv + kvh) * BQ * f.D;
+}
 
 /// The row blocks that see keys [j0, j1] of sequence sd: nb_base base blocks from rb_base0 (the
 /// tokens whose window covers a key) and nb_out output blocks from rb_out0 (tokens at or after
@@ -96,13 +131,14 @@ struct RowBlock {
   }
 };
 
-template <typename T, int D>
+template <typename T, int D, bool DQ>
 __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_constant__ HopperBwdParams hp) {
   constexpr int NQ = BQ / 8, DT = D / 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* base =
       smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
   auto& sm = *reinterpret_cast<HopperBwdSmem<T, D>*>(base);
+  auto& sq = *reinterpret_cast<HopperDqSmem<T>*>(base + (sizeof(HopperBwdSmem<T, D>) + 1023) / 1024 * 1024);
   const BwdParams& p = hp.b;
   const KernelParams& f = p.f;
   const SeqDesc& sd = f.seq[blockIdx.z];
@@ -122,12 +158,38 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       mbar_init(&sm.full[s], 33);
       mbar_init(&sm.empty[s], 256);
     }
+    if constexpr (DQ) {
+      for (int w = 0; w < 2; ++w) {
+        mbar_init(&sq.stage_full[w], 128);  // the warpgroup's threads, after their stores
+        mbar_init(&sq.stage_empty[w], 1);   // the dq writer, once the bulk reduction read the tile
+      }
+    }
   }
   __syncthreads();
 
   if (warp >= 8) {
     // ---------------- producer warpgroup: its first warp loads ----------------
     setmaxnreg_dec<kHopperBwdProducerRegs>();
+    if (DQ && warp == 9) {
+      // ---- the dq writer: adds each warpgroup's staged dQ tile to the accumulator ----
+      if (lane == 0) {
+        for (int it = 0; it < nb; ++it) {
+#pragma unroll
+          for (int w = 0; w < 2; ++w) {
+            mbar_wait(&sq.stage_full[w], it & 1);
+            bulk_reduce_add_f32(sq.dst[w], sq.stage[w], BQ * 64 * sizeof(float));
+            bulk_commit();
+          }
+#pragma unroll
+          for (int w = 0; w < 2; ++w) {
+            if (w == 0) bulk_wait_read<1>(); else bulk_wait_read<0>();
+            mbar_arrive(&sq.stage_empty[w]);
+          }
+        }
+        bulk_wait<0>();  // every reduction applied before the CTA exits
+      }
+      return;
+    }
     if (warp != 8) return;
     for (int it = 0; it < nb; ++it) {
       const int s = it % STAGES;
@@ -271,12 +333,63 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(pa);
-    fence_regs(da);
-    fence_regs(dk);
-    fence_regs(dv);
-    mbar_arrive(&sm.empty[s]);
+    if constexpr (DQ) {
+      // dS^T into shared memory while G4 runs, packed again from pacc (da is G4's operand: reading
+      // it before G4 completes is undefined): key row kr, the block's rows as columns, 16-byte
+      // chunk ch of row kr at kr * 64 + (ch ^ kr % 8) * 8 (conflict-free: the 8 rows of a warp's
+      // stores hit 8 different chunks).
+      T* dsb = sq.ds[it & 1];
+      const int kr = kw0 + g, sw = kr & 7;  // (kr + 8) % 8 == kr % 8
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {
+        uint32_t w4[4];
+        pack_a<T>(w4, pacc[2 * kk], pacc[2 * kk + 1]);
+        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w4[0];
+        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w4[1];
+        *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w4[2];
+        *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w4[3];
+      }
+      fence_proxy_async();  // the stores (generic proxy) before the tensor cores read them
+      // ---- G5 dQ = dS K (A: dS^T [keys][rows], MN-major; B: K [keys][D], MN-major) ----
+      constexpr int kSteps = D == 128 ? BN / 16 : 64 / 16;
+      if constexpr (D == 128)
+        named_bar_sync(kBarBwdDs, 256);
+      else
+        named_bar_sync(kBarBwdDs + 1 + wg, 128);
+      const T* a0 = D == 128 ? sq.ds[it & 1] : sq.ds[it & 1] + wg * 64 * 64;
+      const T* b0 = D == 128 ? sm.k + wg * BN * 64 : sm.k + wg * 64 * 64;
+      const uint64_t desc_ds = desc_sw128(a0, BN * 128, 1024), desc_kt = desc_sw128(b0, BN * 128, 1024);
+      float qacc[8][4];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)
+        wgmma_ss_tt_m64n64k16<T>(qacc, desc_advance(desc_ds, kk * 16 * 64 * sizeof(T)),
+                                 desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(pa);
+      fence_regs(da);
+      fence_regs(dk);
+      fence_regs(dv);
+      fence_regs(qacc);
+      mbar_arrive(&sm.empty[s]);
+      // The tile into this warpgroup's staging buffer in register order: float4 (j, thread) at
+      // (j * 128 + thread) * 4, once the dq writer's previous reduction has read it.
+      mbar_wait(&sq.stage_empty[wg], (it & 1) ^ 1);
+      float4* st = reinterpret_cast<float4*>(sq.stage[wg]) + (tid & 127);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) st[j * 128] = make_float4(qacc[j][0], qacc[j][1], qacc[j][2], qacc[j][3]);
+      if ((tid & 127) == 0) sq.dst[wg] = dq_acc_chunk(hp, sd, rbk.is_out, rbk.rb, kvh) + (D == 128 ? wg * BQ * 64 : 0);
+      fence_proxy_async();  // the stores before the bulk reduction (async proxy) reads them
+      mbar_arrive(&sq.stage_full[wg]);
+    } else {
+      wgmma_wait<0>();
+      fence_regs(pa);
+      fence_regs(da);
+      fence_regs(dk);
+      fence_regs(dv);
+      mbar_arrive(&sm.empty[s]);
+    }
   }
   fence_regs(dk);
   fence_regs(dv);
@@ -314,7 +427,7 @@ bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperGeometr
 }
 
 void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
-                            cudaStream_t stream) {
+                            const DqAccumulator& dq, cudaStream_t stream) {
   dispatch_hopper_types(dtype, bp.f.D, "Hopper backward kernel", [&](auto t, auto d) {
     using T = typename decltype(t)::type;
     constexpr int D = decltype(d)::value;
@@ -322,10 +435,69 @@ void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeomet
     HopperBwdParams hp{};
     hp.b = bp;
     hp.tma_q = encode_bwd_query_maps(dtype, bp, geo, BQ, &hp.tm_q, &hp.tm_do, &hp.tm_qo, &hp.tm_doo);
-    constexpr int smem = static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1024;  // +1024: alignment
-    opt_in_shared_memory<hopper_bwd_kernel<T, D>>(smem);
-    hopper_bwd_kernel<T, D><<<grid, 3 * 128, smem, stream>>>(hp);
+    hp.dq = dq;
+    if (dq.acc) {
+      constexpr int smem = hopper_bwd_smem_bytes<T, D, true>();
+      opt_in_shared_memory<hopper_bwd_kernel<T, D, true>>(smem);
+      hopper_bwd_kernel<T, D, true><<<grid, 3 * 128, smem, stream>>>(hp);
+    } else {
+      constexpr int smem = hopper_bwd_smem_bytes<T, D, false>();
+      opt_in_shared_memory<hopper_bwd_kernel<T, D, false>>(smem);
+      hopper_bwd_kernel<T, D, false><<<grid, 3 * 128, smem, stream>>>(hp);
+    }
     ORTHROS_CUDA_LAUNCH_CHECK("hopper_bwd_kernel");
+  });
+}
+
+namespace {
+
+/// The fused backward's post-pass: one CTA of 128 threads per (64-row block, KV head, sequence);
+/// thread t reads the floats of register-order position t (DqAccumulator) of each 64-column half,
+/// rows 16 (t / 32) + (t % 32) / 4 and + 8, columns 8 j + 2 (t % 4) and + 1 of the half.
+template <typename T, int D>
+__global__ void __launch_bounds__(128) hopper_dq_convert_kernel(const BwdParams p, const DqAccumulator dq,
+                                                                 int max_base_blocks) {
+  const KernelParams& f = p.f;
+  const SeqDesc& sd = f.seq[blockIdx.z];
+  const bool is_out = static_cast<int>(blockIdx.x) >= max_base_blocks;
+  const int rb = is_out ? blockIdx.x - max_base_blocks : blockIdx.x, kvh = blockIdx.y, group = f.group;
+  const int nrows = (is_out ? sd.T_out : sd.T) * group;
+  if (rb * BQ >= nrows) return;
+  const int seq = dq.seq0 + static_cast<int>(blockIdx.z);
+  const long long blk =
+      is_out ? dq.out_block0 + dq_acc_block(sd.out_off, group, seq) + rb : dq_acc_block(sd.q_off, group, seq) + rb;
+  const float4* chunk = reinterpret_cast<const float4*>(dq.acc + (size_t)(blk * f.Hkv + kvh) * BQ * D);
+  T* dst = static_cast<T*>(is_out ? p.dq_out : p.dq);
+  const int qoff = is_out ? sd.out_off : sd.q_off;
+  const int t = threadIdx.x, lane = t & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int h = 0; h < D / 64; ++h)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float4 v = chunk[(h * 8 + j) * 128 + t];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = rb * BQ + (t >> 5) * 16 + g + 8 * half;
+        if (r >= nrows) continue;
+        const int tok = p.group_div.div(r);
+        const size_t row = ((size_t)(qoff + tok) * f.Hq + kvh * group + (r - tok * group)) * D;
+        const float x = half ? v.z : v.x, y = half ? v.w : v.y;
+        *reinterpret_cast<uint32_t*>(dst + row + h * 64 + 8 * j + 2 * c) =
+            Mma<T>::pack(__fmul_rn(x, p.scale), __fmul_rn(y, p.scale));
+      }
+    }
+}
+
+}  // namespace
+
+void launch_hopper_dq_convert(DType dtype, const BwdParams& bp, const DqAccumulator& dq, int max_base_blocks,
+                              dim3 grid, cudaStream_t stream) {
+  dispatch_hopper_types(dtype, bp.f.D, "Hopper dq post-pass", [&](auto t, auto d) {
+    using T = typename decltype(t)::type;
+    constexpr int D = decltype(d)::value;
+    if (grid.x == 0) return;
+    hopper_dq_convert_kernel<T, D><<<grid, 128, 0, stream>>>(bp, dq, max_base_blocks);
+    ORTHROS_CUDA_LAUNCH_CHECK("hopper_dq_convert_kernel");
   });
 }
 

@@ -43,33 +43,52 @@ struct AttentionBackwardBuffers {
   void* dk = nullptr;              ///< [sum T_b, H_kv, D] (packed, see the file comment)
   void* dv = nullptr;              ///< [sum T_b, H_kv, D]
   /// Scratch for the pre-pass (Δ = rowsum(dO ⊙ O) and the LSE in log2 units, float32 per row and
-  /// head): attention_backward_workspace_bytes(). When null, the call allocates it on the stream
+  /// head) and, on the Hopper fast path, the float32 dq accumulator:
+  /// attention_backward_workspace_bytes(). When null, the call allocates it on the stream
   /// (cudaMallocAsync / cudaFreeAsync).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;  ///< size of `workspace` in bytes
 };
 
-/// Bytes of scratch attention_backward() needs: 8 * (sum T_b + sum T_out_b) * H_q.
+/// Bytes of scratch attention_backward() needs on the current device: 8 * (sum T_b + sum T_out_b)
+/// * H_q rounded up to 256 (the pre-pass) plus, when the dk/dv kernel computes dq (the fused dq
+/// of attention_backward), the float32 dq accumulator: 4 * D * H_kv * 64 per 64-row block of each
+/// sequence's rows (T_b * G and T_out_b * G rows, G = H_q / H_kv), (sum T_b * G / 64 + B + 1) +
+/// (sum T_out_b * G / 64 + B + 1) blocks (about 4 * D * H_q bytes per row of both streams).
 /// \throws orthros::Error on invalid arguments (as attention_backward).
 std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const BatchLayout& batch);
+
+/// True when attention_backward(cfg, batch, ...) on the current device gives bitwise the same
+/// gradients run to run: always in the deterministic mode and on the generic path; in the Hopper
+/// fast mode unless the call folds dq into the dk/dv kernel (the fused dq: a sequence with >= 24576
+/// output rows, see attention_backward). dk and dv are reproducible in every case, and batch-invariant
+/// whenever the call is reproducible.
+/// \throws orthros::Error on invalid arguments (as attention_backward).
+bool attention_backward_is_reproducible(const AttentionConfig& cfg, const BatchLayout& batch);
 
 /// Gradients of the Orthros attention operator (SPEC §9) for a ragged batch of training
 /// sequences (P = 0: cache_lens[b] == q_lens[b]; PT T_out = T, SFT 0 < T_out < T; T_out = 0 is
 /// allowed), P recomputed from the saved LSE (FlashAttention-2's structure). A pre-pass computes
-/// Δ = rowsum(dO ⊙ O) in float32 per (row, head) of both streams; then two kernels:
-///   - query-outer: dq and dq_out (base rows visit only the KV tiles of their window band: O(T·w);
-///     output rows the causal prefix);
-///   - KV-block-outer: dk and dv of a block of keys, visiting the base rows whose window covers
-///     it and the output rows at or after it, all heads of the GQA group in one fixed order.
+/// Δ = rowsum(dO ⊙ O) in float32 per (row, head) of both streams; then
+///   - a KV-block-outer kernel: dk and dv of a block of keys, visiting the base rows whose window
+///     covers it and the output rows at or after it, all heads of the GQA group in one fixed order;
+///   - dq and dq_out: from a query-outer kernel (base rows visit only the KV tiles of their window
+///     band: O(T·w); output rows the causal prefix), in a fixed order; or, in the Hopper fast mode
+///     when a sequence has >= 24576 output rows (where it is faster), from the same KV-block-outer
+///     kernel (the fused dq, FlashAttention-3's structure: each CTA adds its partial dq of every
+///     row block it visits to a float32 accumulator in the workspace, in no fixed order; a
+///     post-pass scales and rounds it).
 /// Kernel paths (cfg.kernel, docs/cuda.md): Hopper (sm_90, bf16/f16, D = 64/128; automatic or
-/// hopper): both kernels warp-specialized on wgmma + TMA (192-row dq blocks, 128-key dk/dv
-/// blocks); generic (any sm_80+ GPU, every dtype and D): bf16/f16 with D = 64/128 on mma.sync
-/// m16n8k16 (fp32 accumulate), f32 and other D on SIMT kernels (fp32 arithmetic).
-/// No floating-point atomics and no split reductions on any path: every output element is written
-/// by one thread after a fixed sequence of operations that depends only on its own sequence's
-/// data, so the gradients are bitwise identical from run to run and across batch compositions in
-/// BOTH modes (`cfg.deterministic` does not change the backward). The two paths differ in bits
-/// (different tile orders), each within SPEC §6 of the float64 oracle. `cfg.num_splits` is ignored.
+/// hopper): warp-specialized wgmma + TMA kernels (128-key dk/dv blocks, 192-row dq blocks);
+/// generic (any sm_80+ GPU, every dtype and D): bf16/f16 with D = 64/128 on mma.sync m16n8k16
+/// (fp32 accumulate), f32 and other D on SIMT kernels (fp32 arithmetic).
+/// Reproducibility: dk and dv are written by one thread each after a fixed sequence of operations
+/// that depends only on their own sequence, in both modes on every path. dq and dq_out are too in
+/// the deterministic mode (`cfg.deterministic`), on the generic path and without the fused dq; the
+/// fused dq's float32 additions run in the order the CTAs finish, so its dq may differ in the last
+/// bits from run to run (attention_backward_is_reproducible). ORTHROS_BWD_FUSED_DQ=1 / 0 in the
+/// environment forces the fused dq on / off for every Hopper fast-mode call. Every path and mode is within SPEC §6 of
+/// the float64 oracle. `cfg.num_splits` is ignored.
 ///
 /// \throws orthros::Error before any launch on everything attention_forward() rejects, on
 ///   cfg.kernel = hopper without a compute capability 9.0 GPU, on

@@ -61,10 +61,12 @@ std::size_t attention_layer_backward_workspace_bytes(const LayerConfig& cfg, con
 /// training sequences: `layout` as attention_layer_forward() took it with P = 0
 /// (cache_lens[b] == q_lens[b]; PT T_out = T, SFT 0 < T_out < T, T_out = 0 allowed). Base row i
 /// of sequence b has RoPE position i, its output row j position T_b - T_out_b + j.
-/// Deterministic: no atomics, every reduction (over rows for dα, dβ, the QK-norm gains; over
-/// query heads for dk/dv; cuBLAS GEMMs) in a fixed order, so the gradients are bitwise
-/// reproducible run to run. cfg.deterministic selects the forward's deterministic mode for the
-/// recomputed forward (the attention backward is always deterministic).
+/// Every reduction of the layer's own kernels (over rows for dα, dβ, the QK-norm gains; cuBLAS
+/// GEMMs) runs in a fixed order. cfg.deterministic selects the deterministic mode of the
+/// recomputed forward and of attention_backward(): with it the gradients are bitwise reproducible
+/// run to run; without it they are too unless attention_backward_is_reproducible(cfg.attention(),
+/// layout)
+/// is false (the Hopper fast mode adds dq in float32 in no fixed order, and dq reaches dx and the weights).
 ///
 /// \throws orthros::Error before any launch on everything attention_layer_forward() rejects, on
 ///   cache_lens[b] != q_lens[b], on a null pointer that is needed (names it), a workspace that
