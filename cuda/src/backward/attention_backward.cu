@@ -62,7 +62,7 @@ bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
   return longest >= kFusedDqMinOutTokens;
 }
 
-/// Bytes of the pre-pass's Δ and lse2, rounded up to 256 (the dq accumulator follows).
+/// Bytes of the pre-pass's Δ and lse2, rounded up to 256 where the dq accumulator follows.
 std::size_t prepass_ws(const AttentionConfig& c, const BatchLayout& b) {
   const std::size_t n = static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
   return (n + 255) / 256 * 256;
@@ -80,7 +80,8 @@ std::size_t dq_acc_ws(const AttentionConfig& c, const BatchLayout& b) {
 }
 
 std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
-  return prepass_ws(c, b) + (use_fused_dq(c, b) ? dq_acc_ws(c, b) : 0);
+  if (use_fused_dq(c, b)) return prepass_ws(c, b) + dq_acc_ws(c, b);
+  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
 }
 
 template <typename Kernel>

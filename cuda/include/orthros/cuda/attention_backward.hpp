@@ -51,8 +51,8 @@ struct AttentionBackwardBuffers {
 };
 
 /// Bytes of scratch attention_backward() needs on the current device: 8 * (sum T_b + sum T_out_b)
-/// * H_q rounded up to 256 (the pre-pass) plus, when the dk/dv kernel computes dq (the fused dq
-/// of attention_backward), the float32 dq accumulator: 4 * D * H_kv * 64 per 64-row block of each
+/// * H_q (the pre-pass) or, when the dk/dv kernel computes dq (the fused dq of
+/// attention_backward), that rounded up to 256 plus the float32 dq accumulator: 4 * D * H_kv * 64 per 64-row block of each
 /// sequence's rows (T_b * G and T_out_b * G rows, G = H_q / H_kv), (sum T_b * G / 64 + B + 1) +
 /// (sum T_out_b * G / 64 + B + 1) blocks (about 4 * D * H_q bytes per row of both streams).
 /// \throws orthros::Error on invalid arguments (as attention_backward).
