@@ -84,13 +84,6 @@ std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
   return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
 }
 
-template <typename Kernel>
-void set_smem(Kernel k, int bytes, bool& configured) {
-  if (!configured) {  // per instantiation; benign race (idempotent)
-    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured = true;
-  }
-}
 
 // Which kernels run after the pre-pass: both (attention_backward) or one half
 // (attention_backward_parts.hpp).
@@ -103,9 +96,9 @@ template <typename T, int D>
 void launch_mma_bwd(const BwdParams& bp, bool dq, bool dkdv, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
   constexpr int dq_smem = static_cast<int>(sizeof(BwdDqSmem<T, D>));
   constexpr int kv_smem = static_cast<int>(sizeof(BwdKvSmem<T, D>));
-  static bool cfg_dq = false, cfg_kv = false;
-  set_smem(mma_bwd_dq_kernel<T, D>, dq_smem, cfg_dq);
-  set_smem(mma_bwd_dkdv_kernel<T, D>, kv_smem, cfg_kv);
+  static PerDeviceSetting cfg_dq, cfg_kv;  // per instantiation and device
+  opt_in_shared_memory_once(mma_bwd_dq_kernel<T, D>, dq_smem, cfg_dq);
+  opt_in_shared_memory_once(mma_bwd_dkdv_kernel<T, D>, kv_smem, cfg_kv);
   if (grid_dq.x > 0 && dq) {
     mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dq_kernel");

@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace orthros::cuda::detail {
@@ -20,6 +22,41 @@ inline void check(cudaError_t e, const char* what) {
 #define ORTHROS_CUDA_CHECK(call) ::orthros::cuda::detail::check((call), #call)
 /// Checks the launch just issued (configuration errors) by name.
 #define ORTHROS_CUDA_LAUNCH_CHECK(name) ::orthros::cuda::detail::check(cudaGetLastError(), "launch of " name)
+
+/// A launch setting CUDA keeps per device (a kernel's cudaFuncSetAttribute, its occupancy):
+/// get(compute) runs compute() the first time it is asked on the current device and returns that
+/// device's value from then on, so a process that drives several GPUs sets every one of them up.
+/// Thread-safe. CudaError from cudaGetDevice or from compute().
+class PerDeviceSetting {
+ public:
+  template <typename Compute>
+  int get(Compute&& compute) {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = value_.find(dev);
+    if (it != value_.end()) return it->second;
+    const int v = compute();
+    value_.emplace(dev, v);
+    return v;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, int> value_;
+};
+
+/// Lets `kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize)
+/// on the current device, once per device through `done` (one PerDeviceSetting per kernel
+/// instantiation). CudaError when the GPU refuses (more than it has).
+template <typename Kernel>
+void opt_in_shared_memory_once(Kernel kernel, int bytes, PerDeviceSetting& done) {
+  done.get([&] {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    return bytes;
+  });
+}
 
 template <typename T>
 struct Elem;

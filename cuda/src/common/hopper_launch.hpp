@@ -32,14 +32,12 @@ decltype(auto) dispatch_hopper_types(DType dtype, int D, const char* what, Fn&& 
 }
 
 /// Lets `Kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize),
-/// once per kernel instantiation. CudaError when the GPU refuses (more than it has).
+/// once per kernel instantiation and device (the attribute is per device). CudaError when the GPU
+/// refuses (more than it has).
 template <auto Kernel>
 void opt_in_shared_memory(int bytes) {
-  static bool configured = false;  // per instantiation; benign race (the attribute call is idempotent)
-  if (!configured) {
-    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured = true;
-  }
+  static PerDeviceSetting done;
+  opt_in_shared_memory_once(Kernel, bytes, done);
 }
 
 }  // namespace orthros::cuda::detail

@@ -203,12 +203,8 @@ void* internal_workspace(std::size_t bytes) {
 template <typename T, int D, int NW, int MT, int ST, bool DET>
 void launch_mma(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sizeof(MmaFwdSmem<T, D, NW * 16 * MT, ST>));
-  static bool configured = false;  // per instantiation; benign race (idempotent)
-  if (!configured) {
-    ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(mma_attn_kernel<T, D, NW, MT, ST, DET>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
+  static PerDeviceSetting configured;  // per instantiation and device
+  opt_in_shared_memory_once(mma_attn_kernel<T, D, NW, MT, ST, DET>, smem, configured);
   mma_attn_kernel<T, D, NW, MT, ST, DET><<<grid, NW * 32, smem, stream>>>(kp);
   ORTHROS_CUDA_LAUNCH_CHECK("mma_attn_kernel");
 }

@@ -460,14 +460,14 @@ template <typename T, int D, int NWG, bool DET>
 void launch_variant(const HopperParams& hp, long long gx, cudaStream_t stream) {
   using C = HopperTiles<T, D, NWG, DET>;
   auto kernel = hopper_attn_kernel<T, D, NWG, DET>;
-  static int blocks_per_sm = 0;  // per instantiation; benign race (idempotent)
-  if (blocks_per_sm == 0) {
+  static PerDeviceSetting setup;  // per instantiation: the shared-memory opt-in and occupancy of each device
+  const int blocks_per_sm = setup.get([&] {
     ORTHROS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     int n = 0;
     ORTHROS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes));
     require(n >= 1, "internal: the Hopper kernel does not fit on this GPU (", C::kSmemBytes, " bytes of shared memory)");
-    blocks_per_sm = n;
-  }
+    return n;
+  });
   const long long nitems = gx * hp.p.Hkv * hp.p.nseq;
   if (nitems == 0) return;
   const long long grid = std::min<long long>(nitems, (long long)device_sm_count() * blocks_per_sm);
