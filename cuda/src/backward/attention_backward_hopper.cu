@@ -83,7 +83,7 @@ struct HopperBwdParams {
   DqAccumulator dq;                        // DQ = true only
 };
 
-/// The accumulator chunk of row block `rbk` (its 64 rows x D floats) of KV head kvh.
+/// The accumulator chunk of row block `rb` of a stream (its 64 rows x D floats) of KV head kvh.
 __device__ __forceinline__ float* dq_acc_chunk(const HopperBwdParams& hp, const SeqDesc& sd, bool is_out, int rb,
                                                int kvh) {
   const KernelParams& f = hp.b.f;
@@ -172,6 +172,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     setmaxnreg_dec<kHopperBwdProducerRegs>();
     if (DQ && warp == 9) {
       // ---- the dq writer: adds each warpgroup's staged dQ tile to the accumulator ----
+      // (With DQ the producer warpgroup's 24 registers make ptxas spill ~100 bytes of the two
+      // producer warps' loop state to local memory: a few accesses per row block, off the
+      // consumers' path; 40 producer registers would leave the consumers 232, where the wgmma
+      // chain is serialized.)
       if (lane == 0) {
         for (int it = 0; it < nb; ++it) {
 #pragma unroll
