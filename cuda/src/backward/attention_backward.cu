@@ -62,11 +62,12 @@ bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
   return longest >= kFusedDqMinOutTokens;
 }
 
-/// Bytes of the pre-pass's Δ and lse2, rounded up to 256 where the dq accumulator follows.
-std::size_t prepass_ws(const AttentionConfig& c, const BatchLayout& b) {
-  const std::size_t n = static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
-  return (n + 255) / 256 * 256;
+/// Bytes of the pre-pass's Δ and lse2 (float32 per row and head of both streams).
+std::size_t prepass_bytes(const AttentionConfig& c, const BatchLayout& b) {
+  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
 }
+/// prepass_bytes rounded up to 256: where the dq accumulator starts.
+std::size_t prepass_ws(const AttentionConfig& c, const BatchLayout& b) { return (prepass_bytes(c, b) + 255) / 256 * 256; }
 
 /// Blocks of the fused dq accumulator's base stream; the output stream's follow (DqAccumulator).
 long long dq_acc_base_blocks(const AttentionConfig& c, const BatchLayout& b) {
@@ -80,10 +81,8 @@ std::size_t dq_acc_ws(const AttentionConfig& c, const BatchLayout& b) {
 }
 
 std::size_t backward_ws(const AttentionConfig& c, const BatchLayout& b) {
-  if (use_fused_dq(c, b)) return prepass_ws(c, b) + dq_acc_ws(c, b);
-  return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
+  return use_fused_dq(c, b) ? prepass_ws(c, b) + dq_acc_ws(c, b) : prepass_bytes(c, b);
 }
-
 
 // Which kernels run after the pre-pass: both (attention_backward) or one half
 // (attention_backward_parts.hpp).
@@ -96,9 +95,8 @@ template <typename T, int D>
 void launch_mma_bwd(const BwdParams& bp, bool dq, bool dkdv, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream) {
   constexpr int dq_smem = static_cast<int>(sizeof(BwdDqSmem<T, D>));
   constexpr int kv_smem = static_cast<int>(sizeof(BwdKvSmem<T, D>));
-  static PerDeviceSetting cfg_dq, cfg_kv;  // per instantiation and device
-  opt_in_shared_memory_once(mma_bwd_dq_kernel<T, D>, dq_smem, cfg_dq);
-  opt_in_shared_memory_once(mma_bwd_dkdv_kernel<T, D>, kv_smem, cfg_kv);
+  opt_in_shared_memory<mma_bwd_dq_kernel<T, D>>(dq_smem);
+  opt_in_shared_memory<mma_bwd_dkdv_kernel<T, D>>(kv_smem);
   if (grid_dq.x > 0 && dq) {
     mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dq_kernel");

@@ -83,14 +83,14 @@ struct HopperBwdParams {
   DqAccumulator dq;                        // DQ = true only
 };
 
-/// The accumulator chunk of row block `rb` of a stream (its 64 rows x D floats) of KV head kvh.
-__device__ __forceinline__ float* dq_acc_chunk(const HopperBwdParams& hp, const SeqDesc& sd, bool is_out, int rb,
-                                               int kvh) {
-  const KernelParams& f = hp.b.f;
-  const int seq = hp.dq.seq0 + static_cast<int>(blockIdx.z);
-  const long long blk = is_out ? hp.dq.out_block0 + dq_acc_block(sd.out_off, f.group, seq) + rb
-                               : dq_acc_block(sd.q_off, f.group, seq) + rb;
-  return hp.dq.acc + (size_t)(blk * f.Hkv + kvh) * BQ * f.D;
+/// The accumulator chunk (64 rows x D floats) of row block `rb` of a stream of sequence
+/// blockIdx.z, KV head kvh: the dk/dv kernel adds to it, the post-pass reads it.
+__device__ __forceinline__ float* dq_acc_chunk(const DqAccumulator& dq, const KernelParams& f, const SeqDesc& sd,
+                                               bool is_out, int rb, int kvh) {
+  const int seq = dq.seq0 + static_cast<int>(blockIdx.z);
+  const long long blk =
+      is_out ? dq.out_block0 + dq_acc_block(sd.out_off, f.group, seq) + rb : dq_acc_block(sd.q_off, f.group, seq) + rb;
+  return dq.acc + (size_t)(blk * f.Hkv + kvh) * BQ * f.D;
 }
 
 /// The row blocks that see keys [j0, j1] of sequence sd: nb_base base blocks from rb_base0 (the
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       float4* st = reinterpret_cast<float4*>(sq.stage[wg]) + (tid & 127);
 #pragma unroll
       for (int j = 0; j < 8; ++j) st[j * 128] = make_float4(qacc[j][0], qacc[j][1], qacc[j][2], qacc[j][3]);
-      if ((tid & 127) == 0) sq.dst[wg] = dq_acc_chunk(hp, sd, rbk.is_out, rbk.rb, kvh) + (D == 128 ? wg * BQ * 64 : 0);
+      if ((tid & 127) == 0) sq.dst[wg] = dq_acc_chunk(hp.dq, f, sd, rbk.is_out, rbk.rb, kvh) + (D == 128 ? wg * BQ * 64 : 0);
       fence_proxy_async();  // the stores before the bulk reduction (async proxy) reads them
       mbar_arrive(&sq.stage_full[wg]);
     } else {
@@ -467,10 +467,7 @@ __global__ void __launch_bounds__(128) hopper_dq_convert_kernel(const BwdParams 
   const int rb = is_out ? blockIdx.x - max_base_blocks : blockIdx.x, kvh = blockIdx.y, group = f.group;
   const int nrows = (is_out ? sd.T_out : sd.T) * group;
   if (rb * BQ >= nrows) return;
-  const int seq = dq.seq0 + static_cast<int>(blockIdx.z);
-  const long long blk =
-      is_out ? dq.out_block0 + dq_acc_block(sd.out_off, group, seq) + rb : dq_acc_block(sd.q_off, group, seq) + rb;
-  const float4* chunk = reinterpret_cast<const float4*>(dq.acc + (size_t)(blk * f.Hkv + kvh) * BQ * D);
+  const float4* chunk = reinterpret_cast<const float4*>(dq_acc_chunk(dq, f, sd, is_out, rb, kvh));
   T* dst = static_cast<T*>(is_out ? p.dq_out : p.dq);
   const int qoff = is_out ? sd.out_off : sd.q_off;
   const int t = threadIdx.x, lane = t & 31, g = lane >> 2, c = lane & 3;

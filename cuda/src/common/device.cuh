@@ -46,13 +46,14 @@ class PerDeviceSetting {
   std::map<int, int> value_;
 };
 
-/// Lets `kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize)
-/// on the current device, once per device through `done` (one PerDeviceSetting per kernel
-/// instantiation). CudaError when the GPU refuses (more than it has).
-template <typename Kernel>
-void opt_in_shared_memory_once(Kernel kernel, int bytes, PerDeviceSetting& done) {
+/// Lets `Kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize),
+/// once per kernel instantiation and device (the attribute is per device). CudaError when the GPU
+/// refuses (more than it has).
+template <auto Kernel>
+void opt_in_shared_memory(int bytes) {
+  static PerDeviceSetting done;
   done.get([&] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+    check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
     return bytes;
   });

@@ -1,5 +1,5 @@
 // Host side of launching the wgmma (sm_90a) kernels: the dispatch over the instantiated element
-// types and head dims, and the one-time opt-in to more than 48 KB of dynamic shared memory.
+// types and head dims (the shared-memory opt-in, opt_in_shared_memory, is in common/device.cuh).
 #pragma once
 
 #include "common/device.cuh"
@@ -29,15 +29,6 @@ decltype(auto) dispatch_hopper_types(DType dtype, int D, const char* what, Fn&& 
   };
   if (dtype == DType::bf16) return by_d(TypeTag<__nv_bfloat16>{});
   return by_d(TypeTag<__half>{});
-}
-
-/// Lets `Kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize),
-/// once per kernel instantiation and device (the attribute is per device). CudaError when the GPU
-/// refuses (more than it has).
-template <auto Kernel>
-void opt_in_shared_memory(int bytes) {
-  static PerDeviceSetting done;
-  opt_in_shared_memory_once(Kernel, bytes, done);
 }
 
 }  // namespace orthros::cuda::detail

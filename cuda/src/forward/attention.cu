@@ -37,17 +37,13 @@ std::int64_t BatchLayout::total_out() const {
 }
 
 int device_sm_count() {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  int dev = 0;
-  ORTHROS_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  cache[dev] = n;
-  return n;
+  static detail::PerDeviceSetting sms;
+  return sms.get([] {
+    int dev = 0, n = 0;
+    ORTHROS_CUDA_CHECK(cudaGetDevice(&dev));
+    ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  });
 }
 
 bool hopper_kernels_available() {
@@ -203,8 +199,7 @@ void* internal_workspace(std::size_t bytes) {
 template <typename T, int D, int NW, int MT, int ST, bool DET>
 void launch_mma(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sizeof(MmaFwdSmem<T, D, NW * 16 * MT, ST>));
-  static PerDeviceSetting configured;  // per instantiation and device
-  opt_in_shared_memory_once(mma_attn_kernel<T, D, NW, MT, ST, DET>, smem, configured);
+  opt_in_shared_memory<mma_attn_kernel<T, D, NW, MT, ST, DET>>(smem);
   mma_attn_kernel<T, D, NW, MT, ST, DET><<<grid, NW * 32, smem, stream>>>(kp);
   ORTHROS_CUDA_LAUNCH_CHECK("mma_attn_kernel");
 }
