@@ -40,8 +40,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 namespace orthros::cuda::detail {
 
@@ -346,17 +344,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 }
 
 bool hopper_kernel_available() {
-  static std::mutex mu;
-  static std::map<int, bool> cache;
-  int dev = 0;
-  ORTHROS_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  int major = 0, minor = 0;
-  ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return cache[dev] = (major == 9 && minor == 0);
+  static PerDeviceSetting sm90a;
+  return sm90a.get([] {
+    int dev = 0, major = 0, minor = 0;
+    ORTHROS_CUDA_CHECK(cudaGetDevice(&dev));
+    ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return int(major == 9 && minor == 0);
+  }) != 0;
 }
 
 namespace {
