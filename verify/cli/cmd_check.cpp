@@ -223,6 +223,7 @@ json tensor_json(const check::TensorReport& r, const CaseReport& c) {
   return json{{"name", r.name},         {"shape", r.shape}, {"actual_shape", r.actual_shape},
               {"shape_ok", r.shape_ok}, {"rel_err", num(r.rel_fro)},
               {"rel_tol", r.rel_tol},   {"rel_criterion", r.rel_applicable ? json("applied") : json(r.rel_note)},
+              {"rel_lse_scale", r.rel_lse_scale},
               {"max_abs", num(r.max_abs)},
               {"abs_tol", r.abs_applicable ? json(r.abs_tol) : json(nullptr)},
               {"oracle_at_dtype_maxabs", r.abs_applicable ? json(r.oracle_at_dtype_maxabs) : json(nullptr)},

@@ -10,6 +10,9 @@
 // error of a hardware approximation (relative / absolute 2^-22, drawn at random). Scores are
 // exact integers of magnitude up to ~1000 (the recipe of `golden --grad`'s edge_grad_large_logits,
 // with larger query multipliers), so every error measured is the LSE arithmetic's.
+//
+// Also criterion 1's LSE scale max(|lse_i|, 1) (check.hpp lse_rel_scale): the naive float32 oracle
+// passes on one-key rows whose LSE is near 0 by cancellation, where the plain relative error fails it.
 #include "orthros/attention.hpp"
 #include "orthros/check.hpp"
 #include "orthros_testing.hpp"
@@ -274,4 +277,88 @@ TEST(LseFloor, Log2LseAndOffByOneWindowStillFail) {
       }
     }
   }
+}
+
+// (d) Criterion 1's LSE scale max(|lse_i|, 1) (check.hpp lse_rel_scale): one-key rows whose score
+// q.k*scale is near 0 by cancellation. In float64 the key is chosen so that q.k is
+// 1e-4 * |q| |k| / sqrt(D) - small against the products it sums - and the inputs are then rounded to
+// float32, so the float32 dot product's rounding is many times 1e-5 |lse|.
+namespace {
+struct OneKeyRow {
+  Mat<double> q, k, v, q_out;
+};
+
+OneKeyRow one_key_cancelling_row(Rng& rng, int D) {
+  OneKeyRow c;
+  c.q = orthros::testing::random_mat<double>(1, D, rng);
+  c.k = orthros::testing::random_mat<double>(1, D, rng);
+  c.v = orthros::testing::random_mat<double>(1, D, rng);
+  double dot = 0, qq = 0, kk = 0;
+  for (int d = 0; d < D; ++d) dot += c.q(0, d) * c.k(0, d), qq += c.q(0, d) * c.q(0, d), kk += c.k(0, d) * c.k(0, d);
+  const double target = 1e-4 * std::sqrt(qq * kk / D);  // cancel all but a 1e-4 fraction of the typical |q.k|
+  for (int d = 0; d < D; ++d) c.k(0, d) -= (dot - target) / qq * c.q(0, d);  // k <- k - (q.k - target) q / |q|^2
+  c.q_out = c.q;
+  return c;
+}
+}  // namespace
+
+TEST(LseRelScale, NaiveFloat32OracleOnCancellingOneKeyRowsPasses) {
+  constexpr int D = 16;
+  const orthros::AttentionDims dims{1, 1, D};
+  orthros::AttentionOptions opt;
+  opt.window = 1;
+  int plain_failures = 0;
+  for (std::uint64_t seed = 4000; seed < 4200; ++seed) {
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    Rng rng(seed);
+    const OneKeyRow c = one_key_cancelling_row(rng, D);
+    const Mat<float> q = orthros::round_matrix<float>(c.q), k = orthros::round_matrix<float>(c.k),
+                     v = orthros::round_matrix<float>(c.v), qo = orthros::round_matrix<float>(c.q_out);
+    auto wide = [](const Mat<float>& m) { return orthros::testing::to_double(m); };
+    const auto ref = orthros::orthros_attention<double>(wide(q), wide(k), wide(v), wide(qo), dims, opt);
+    const auto at = orthros::orthros_attention<float>(q, k, v, qo, dims, opt);
+    ASSERT_LT(std::abs(ref.lse(0, 0)), 1e-2);  // the case is what it claims: L near 0
+    for (const auto& [name, a, r] : {std::tuple{std::string("lse"), &at.lse, &ref.lse},
+                                     std::tuple{std::string("lse_out"), &at.lse_out, &ref.lse_out}}) {
+      const std::vector<std::int64_t> shape{1, 1};
+      const std::int64_t keys = oc::lse_max_keys(name, 0, 1, 1, 1);
+      const double e_x = oc::max_abs_diff(*a, *r);
+      const auto rep = oc::compare(name, oc::to_f64(*a), shape, oc::to_f64(*r), shape, "f32", e_x, keys);
+      EXPECT_TRUE(rep.rel_lse_scale) << name;
+      EXPECT_TRUE(rep.pass) << name << ": rel " << rep.rel_fro << " (tol " << rep.rel_tol << ") max_abs "
+                            << rep.max_abs << " (tol " << rep.abs_tol << ") at L = " << rep.worst_ref;
+      // The plain relative error |ΔL| / |L| of the same values, as criterion 1 measured it before.
+      const double plain = rep.max_abs / std::abs(rep.worst_ref);
+      plain_failures += plain > rep.rel_tol ? 1 : 0;
+      // A port whose e^L is 2e-5 off in relative terms (ΔL = 2e-5) still fails, at L near 0.
+      const auto off = oc::compare(name, {rep.worst_ref + 2e-5}, shape, oc::to_f64(*r), shape, "f32", e_x, keys);
+      EXPECT_FALSE(off.pass_rel) << name << ": rel " << off.rel_fro;
+      EXPECT_FALSE(off.pass) << name;
+    }
+  }
+  std::printf("one-key rows with L near 0: %d of 400 naive float32 LSEs fail the plain relative error\n",
+              plain_failures);
+  EXPECT_GT(plain_failures, 0) << "no draw reaches the case the LSE scale is for: the test would prove nothing";
+}
+
+TEST(LseRelScale, EqualsThePlainRelativeErrorWhereEveryLseIsAtLeastOne) {
+  const std::vector<double> ref{234.0, -200.0, 5.0, -1.0}, act{234.0 + 3e-3, -200.0 - 1e-3, 5.0, -1.0 + 2e-4};
+  const std::vector<std::int64_t> shape{4};
+  for (const char* dtype : {"f64", "f32", "bf16", "f16"}) {
+    const auto lse = oc::compare("lse", act, shape, ref, shape, dtype, oc::AbsBaseline::of(0.0), 8);
+    const auto plain = oc::compare("x", act, shape, ref, shape, dtype, oc::AbsBaseline::of(0.0), 0);
+    EXPECT_TRUE(lse.rel_lse_scale);
+    EXPECT_FALSE(plain.rel_lse_scale);
+    EXPECT_DOUBLE_EQ(lse.rel_fro, plain.rel_fro) << dtype;
+  }
+  // Below |L| = 1 the scale is 1 per element: ‖Δ‖_F / sqrt(Σ max(L_i^2, 1)).
+  const std::vector<double> small{0.5, -3e-5}, small_act{0.5 + 3e-6, -3e-5 + 4e-6};
+  const auto r = oc::compare("lse", small_act, {2}, small, {2}, "f32", oc::AbsBaseline::of(0.0), 4);
+  EXPECT_NEAR(r.rel_fro, 5e-6 / std::sqrt(2.0), 1e-15);  // 0.5 + 3e-6 carries a 1e-17 rounding
+  EXPECT_TRUE(r.pass_rel);
+  // An exactly zero LSE reference is judged by criterion 1 too (its scale is 1, not 0).
+  const auto z = oc::compare("lse", {2e-5}, {1}, {0.0}, {1}, "f32", oc::AbsBaseline::of(0.0), 4);
+  EXPECT_TRUE(z.rel_applicable);
+  EXPECT_DOUBLE_EQ(z.rel_fro, 2e-5);
+  EXPECT_FALSE(z.pass_rel);
 }

@@ -169,6 +169,21 @@ class TestingDiagnosisTest(unittest.TestCase):
         self.assertEqual(orthros.lse_max_keys("lse_out", 3, 20, 4, 8), 23)
         self.assertEqual(orthros.check(act, ref, "f64", name="lse", lse_max_keys=8)["lse_f32_floor"], 0.0)
 
+    def test_lse_rel_scale_in_python(self):
+        import numpy as np
+        import orthros
+        ref = np.array([[-3.78e-5]])   # a one-key row's LSE near 0 (SPEC §6)
+        act = ref + 2.4e-9             # relative 6.3e-5 of L, 2.4e-9 of e^L
+        plain = orthros.check(act, ref, "f32", oracle_at_dtype_maxabs=2.45e-9, name="lse")
+        self.assertFalse(plain["pass"])
+        self.assertFalse(plain["rel_lse_scale"])
+        r = orthros.check(act, ref, "f32", oracle_at_dtype_maxabs=2.45e-9, name="lse", lse_max_keys=1)
+        self.assertTrue(r["pass"], r)
+        self.assertTrue(r["rel_lse_scale"])
+        self.assertAlmostEqual(r["rel_fro"], 2.4e-9, delta=1e-15)
+        off = orthros.check(ref + 2e-5, ref, "f32", oracle_at_dtype_maxabs=2.45e-9, name="lse", lse_max_keys=1)
+        self.assertFalse(off["pass_rel"])
+
     def test_diagnose_measures_e_x_itself(self):
         import numpy as np
         import orthros

@@ -491,7 +491,9 @@ oracle_at_dtype_maxabs: E_X, the max abs error of the oracle at `dtype` (require
 answer, so the max-abs criterion is not applicable (report: abs_tol None, abs_criterion "n/a (...)").
 lse_max_keys: for an LSE tensor (lse, lse_out) the most keys one of its rows sees (lse: min(w, P+T),
 lse_out: P+T); when > 0 and dtype is not f64 the abs bound gains the float32 LSE floor
-F = 2^-24 (5 max|reference| + 6 ln lse_max_keys) (SPEC §6; report key 'lse_f32_floor').)doc");
+F = 2^-24 (5 max|reference| + 6 ln lse_max_keys) (SPEC §6; report key 'lse_f32_floor'), and (any
+dtype) the relative error divides by ||max(|reference|, 1)||_F instead of ||reference||_F (SPEC §6: an
+LSE near 0 is judged by the relative error of exp(lse); report key 'rel_lse_scale').)doc");
   m.def("check_attention", check_attention_py, py::arg("result"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("q_out"), py::arg("window"), py::arg("scale") = py::none(), py::arg("dtype") = "f32",
         R"doc(Checks a port's attention outputs under SPEC §6.

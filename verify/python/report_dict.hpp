@@ -31,6 +31,7 @@ inline pybind11::dict report_dict(const orthros::check::TensorReport& r) {
   d["inf_count"] = r.inf_count;
   d["rel_tol"] = r.rel_tol;
   d["rel_criterion"] = r.rel_applicable ? std::string("applied") : r.rel_note;
+  d["rel_lse_scale"] = r.rel_lse_scale;  // rel_fro divides by ‖max(|ref|, 1)‖_F (lse/lse_out, SPEC §6)
   // Criterion 2 not applicable (no finite naive oracle at the dtype): None, and abs_criterion says why.
   d["abs_tol"] = r.abs_applicable ? pybind11::object(pybind11::float_(r.abs_tol)) : pybind11::object(pybind11::none());
   d["oracle_at_dtype_maxabs"] =

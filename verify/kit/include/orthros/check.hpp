@@ -16,6 +16,11 @@
 /// of an online-softmax LSE derived at lse_f32_floor() (SPEC §6): compare() adds it when given the
 /// most keys a row of the tensor sees (`lse_max_keys`, lse_max_keys()).
 ///
+/// For the same LSE tensors (any dtype) criterion 1 measures the error against the elementwise
+/// scale max(|lse_i|, 1): `‖out − ref‖_F / ‖max(|ref|, 1)‖_F ≤ rel_tolerance(X)`
+/// (lse_rel_scale(); TensorReport::rel_lse_scale). An LSE is a logarithm: its error is relative
+/// to |L| where |L| ≥ 1 and, below, the relative error of the normalizer e^L, which is absolute in L.
+///
 /// When the reference tensor is exactly zero everywhere (structural zeros of the backward: `dq`
 /// with w = 1, every gradient of a one-key softmax row, `dq_out`/`dk` when a single key is seen),
 /// criterion 1 is *not applicable* — `‖out − ref‖_F / 0` is infinite for any rounding noise — and
@@ -124,6 +129,29 @@ inline double lse_f32_floor(double max_abs_lse, std::int64_t max_keys) {
   return kF32UnitRoundoff * (5.0 * max_abs_lse + 6.0 * std::log(static_cast<double>(max_keys)));
 }
 
+/// The scale of criterion 1 for an LSE tensor (SPEC §6): `‖max(|ref_i|, 1)‖_F`, i.e.
+/// `sqrt(Σ_i max(ref_i², 1))`, in place of `‖ref‖_F`.
+///
+/// Why: L = ln Z with Z = Σ_j e^(s_j) the row's softmax normalizer. Adding c to every score of a
+/// row adds c to L and changes nothing else (the probabilities, o, every gradient), so the size of
+/// |L| — how far it lies from an arbitrary origin — says nothing about the precision it needs: an
+/// LSE near 0 is as hard to compute as one near 10. What a port's LSE is used for is e^L (the
+/// backward's P = e^(s − L), merges of split-KV partials): an error ΔL is a relative error ΔZ/Z = ΔL
+/// of Z. So below |L| = 1 the tolerance is the relative tolerance of Z, |ΔL| ≤ rel_X; at |L| ≥ 1
+/// it is the relative tolerance of L itself, as for every tensor (F's derivation at
+/// lse_f32_floor() has both parts: roundings of |L|-sized values, u |L|, and errors in Z's sum and
+/// log, absolute in L). With ‖ref‖_F alone a row whose L is near 0 by cancellation (one key with
+/// s = q·k·scale ≈ 0) fails every float32 implementation, the naive oracle included: the float32
+/// dot product's rounding, ~u Σ_i |q_i k_i| scale, is then many times rel_X |L|
+/// (verify/portkit/test_check_lse.cpp builds such rows). What still fails: an LSE off by more than
+/// rel_X · max(|L|, 1) in RMS — e.g. an LSE in log2 (off by 0.44 |L|) wherever |L| is not tiny,
+/// or a window off by one (ln(1 ± p)). Where every |ref_i| ≥ 1 the scale is ‖ref‖_F exactly.
+inline double lse_rel_scale(const std::vector<double>& ref) {
+  double s2 = 0;
+  for (double x : ref) s2 += std::max(x * x, 1.0);
+  return std::sqrt(s2);
+}
+
 /// The most keys a row of result tensor `name` sees in a case with P cached tokens, T base tokens,
 /// T_out output tokens and window w (SPEC §2): `lse` min(w, P+T), `lse_out` P+T (0 when T_out = 0);
 /// 0 for every other tensor (no LSE floor). \throws orthros::Error on negative sizes or w < 1.
@@ -179,7 +207,10 @@ struct TensorReport {
   std::vector<std::int64_t> actual_shape;  ///< the port's shape (differs from `shape` when shape_ok is false)
   std::string dtype;                 ///< dtype whose tolerance applies
   bool shape_ok = true;              ///< actual has the reference's shape (criterion 4)
-  double rel_fro = 0;                ///< ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf; inf when out holds NaN/Inf)
+  /// ‖out − ref‖_F / ‖ref‖_F (0/0 := 0, x/0 := inf; inf when out holds NaN/Inf); for an LSE tensor
+  /// (`rel_lse_scale`) ‖out − ref‖_F / ‖max(|ref|, 1)‖_F (lse_rel_scale())
+  double rel_fro = 0;
+  bool rel_lse_scale = false;        ///< criterion 1 used the LSE scale max(|ref_i|, 1) (lse_max_keys > 0)
   /// Criterion 1 applies: false when the reference is exactly zero everywhere (‖ref‖_F = 0, e.g.
   /// dq with w = 1 or every gradient of a one-key softmax row): a relative error has no scale
   /// there, and the tensor is judged by criteria 2-4 (`rel_note` says so).
@@ -253,7 +284,9 @@ inline std::int64_t numel(const std::vector<std::int64_t>& shape) {
 ///   (criterion 2 skipped, the reason recorded in TensorReport::abs_note)
 /// \param lse_max_keys for an LSE tensor (`lse`, `lse_out`): the most keys one of its rows sees
 ///   (lse_max_keys()); when > 0 and `dtype` is f32, bf16 or f16 the bound of criterion 2 gains
-///   F = lse_f32_floor(max |ref|, lse_max_keys) (TensorReport::lse_floor). 0: no floor.
+///   F = lse_f32_floor(max |ref|, lse_max_keys) (TensorReport::lse_floor), and (any dtype)
+///   criterion 1 divides by lse_rel_scale(ref) instead of ‖ref‖_F (TensorReport::rel_lse_scale).
+///   0: not an LSE tensor (no floor, the plain relative error).
 /// \returns the full report; a shape mismatch is reported (shape_ok = false, pass = false), not thrown.
 /// \throws orthros::Error if `ref` is not finite, a buffer size disagrees with its shape, or the
 ///   dtype/oracle error are invalid, or lse_max_keys < 0.
@@ -348,6 +381,9 @@ inline TensorReport compare(const std::string& name, const std::vector<double>& 
   const bool finite = r.nan_count == 0 && r.inf_count == 0;
   if (!finite) {  // a NaN or Inf has no finite error: every error measure is +inf (nan_count, inf_count say why)
     r.rel_fro = r.max_abs = r.max_rel = std::numeric_limits<double>::infinity();
+  } else if (lse_max_keys > 0 && !ref.empty()) {  // an LSE: error relative to max(|L|, 1) (lse_rel_scale)
+    r.rel_lse_scale = true;
+    r.rel_fro = std::sqrt(diff2) / lse_rel_scale(ref);
   } else if (ref2 == 0) {
     r.rel_fro = diff2 == 0 ? 0.0 : std::numeric_limits<double>::infinity();
     r.rel_applicable = false;
