@@ -133,7 +133,7 @@ struct RankBufs {
     b.o = make(tr * qrow, 0);
     b.lse = static_cast<float*>(make(tr * cfg.num_q_heads * 4, 0));
     b.q_out = make(qrow, 41);
-    b.o_part = make(qrow, 0);
+    b.o_part = static_cast<float*>(make(oc::cp_partial_bytes(cfg, 1), 0));
     b.lse_part = static_cast<float*>(make(cfg.num_q_heads * 4, 0));
     b.scratch_bytes = oc::cp_scratch_bytes(cfg, 1);
     b.scratch = make(b.scratch_bytes, 0);
@@ -143,7 +143,7 @@ struct RankBufs {
       for (int r2 = 0; r2 < R; ++r2)
         b.states_all_bytes += oc::cp_states_bytes(cfg, L.length[r2] + (r2 == R - 1 ? extra : 0));
       b.states_all = static_cast<float*>(make(b.states_all_bytes, 0));
-      b.o_parts = make(R * qrow, 0);
+      b.o_parts = static_cast<float*>(make(R * oc::cp_partial_bytes(cfg, 1), 0));
       b.lse_parts = static_cast<float*>(make(R * cfg.num_q_heads * 4, 0));
       b.o_out = make(qrow, 0);
       b.lse_out = static_cast<float*>(make(cfg.num_q_heads * 4, 0));

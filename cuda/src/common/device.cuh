@@ -206,6 +206,7 @@ struct KernelParams {
   float* lse;
   float* lse_out;
   float* partial;  // [total_out, H_q, nsplit, D+2] split-KV states (m, l, acc[D])
+  int o_out_f32;   // o_out holds float32 (AttentionBuffers::o_out_float32), else the dtype
   long long window;
   float scale_log2;  // softmax scale * log2(e)
   int Hq, Hkv, group, D;

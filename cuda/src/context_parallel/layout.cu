@@ -121,6 +121,11 @@ CpRows cp_rank_rows(const CpLayout& layout, int rank, std::int64_t T) {
   return r;
 }
 
+std::size_t cp_partial_bytes(const AttentionConfig& cfg, std::int64_t T_out) {
+  require(T_out >= 0, "T_out must be >= 0 (got ", T_out, ")");
+  return static_cast<std::size_t>(T_out) * cfg.num_q_heads * cfg.head_dim * sizeof(float);
+}
+
 std::size_t cp_scratch_bytes(const AttentionConfig& cfg, std::int64_t T_out) {
   require(T_out >= 0, "T_out must be >= 0 (got ", T_out, ")");
   return static_cast<std::size_t>(std::max<std::int64_t>(T_out, 1)) * row_bytes(cfg, true);

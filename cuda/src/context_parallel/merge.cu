@@ -19,24 +19,24 @@ __global__ void fill_lse_empty_kernel(float* lse, long long n) {
 
 // One block per (output row, query head), one thread per dim d: PairMerge over the R ranks.
 template <typename T>
-__global__ void cp_merge_kernel(const T* __restrict__ o_parts, const float* __restrict__ lse_parts,
+__global__ void cp_merge_kernel(const float* __restrict__ o_parts, const float* __restrict__ lse_parts,
                                 T* __restrict__ o_out, float* __restrict__ lse_out, int R, long long rows, int D) {
   const long long row = blockIdx.x;  // output row * H_q + head
   const int d = threadIdx.x;
   if (row >= rows || d >= D) return;
   const auto lse_r = [&](int r) { return lse_parts[(size_t)r * rows + row]; };
-  const auto o_r = [&](int r) { return Elem<T>::to_f(o_parts[((size_t)r * rows + row) * D + d]); };
+  const auto o_r = [&](int r) { return o_parts[((size_t)r * rows + row) * D + d]; };
   const detail::PairMerge pm(R, lse_r);
   o_out[(size_t)row * D + d] = Elem<T>::from_f(pm.output(R, o_r, lse_r));
   if (d == 0 && lse_out) lse_out[row] = pm.lse();
 }
 
 template <typename T>
-void launch_merge(int R, long long rows, int D, const void* o_parts, const float* lse_parts, void* o_out,
+void launch_merge(int R, long long rows, int D, const float* o_parts, const float* lse_parts, void* o_out,
                   float* lse_out, cudaStream_t s) {
   if (rows == 0) return;
   require(rows < (1LL << 31), "cp_merge_partials: too many output rows x heads (", rows, ")");
-  cp_merge_kernel<T><<<static_cast<unsigned>(rows), D, 0, s>>>(static_cast<const T*>(o_parts), lse_parts,
+  cp_merge_kernel<T><<<static_cast<unsigned>(rows), D, 0, s>>>(o_parts, lse_parts,
                                                                   static_cast<T*>(o_out), lse_out, R, rows, D);
   ORTHROS_CUDA_LAUNCH_CHECK("cp_merge_kernel");
 }
@@ -128,7 +128,7 @@ std::size_t cp_states_bytes(const AttentionConfig& cfg, std::int64_t shard_rows)
   return state_bytes(cfg, splits_for(cfg, shard_rows));
 }
 
-void cp_merge_partials(const AttentionConfig& cfg, int R, std::int64_t T_out, const void* o_parts,
+void cp_merge_partials(const AttentionConfig& cfg, int R, std::int64_t T_out, const float* o_parts,
                        const float* lse_parts, void* o_out, float* lse_out, cudaStream_t stream) {
   detail::validate_config(cfg);
   require(R >= 1, "cp_merge_partials: R (ranks) must be >= 1 (got ", R, ")");

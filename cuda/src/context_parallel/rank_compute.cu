@@ -13,10 +13,11 @@ namespace orthros::cuda {
 namespace {
 using namespace cp_detail;
 
-// attention_forward on one contiguous stretch of a rank's local cache.
+// attention_forward on one contiguous stretch of a rank's local cache; the output stream (a
+// partial state) in float32.
 void forward_on(const AttentionConfig& cfg, const void* k, const void* v, std::int64_t capacity,
                 std::int64_t cache_len, std::int64_t T, std::int64_t T_out, const void* q, void* o, float* lse,
-                const void* q_out, void* o_out, float* lse_out, cudaStream_t stream) {
+                const void* q_out, float* o_out_f32, float* lse_out, cudaStream_t stream) {
   require(T <= std::numeric_limits<int>::max(), "context parallel: a rank's call has too many rows (", T, ")");
   AttentionBuffers buf;
   buf.q = q;
@@ -25,7 +26,8 @@ void forward_on(const AttentionConfig& cfg, const void* k, const void* v, std::i
   buf.v_cache = v;
   buf.capacity = capacity;
   buf.o = o;
-  buf.o_out = o_out;
+  buf.o_out = o_out_f32;
+  buf.o_out_float32 = true;  // partial outputs stay float32 until the merge's one rounding
   buf.lse = lse;
   buf.lse_out = lse_out;
   attention_forward(cfg, BatchLayout::single(static_cast<int>(T), cache_len - T, static_cast<int>(T_out)), buf,
@@ -84,6 +86,7 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
           b.scratch_bytes, ", pointer ", b.scratch, ")");
   const std::size_t qb = row_bytes(cfg, true), kvb = row_bytes(cfg, false);
   const int Hq = cfg.num_q_heads;
+  const std::int64_t part_row = static_cast<std::int64_t>(Hq) * cfg.head_dim;  // floats per o_part row
   const std::int64_t first_out = N - T_out, s = layout.start(rank), e = layout.end(rank);
   const void* ks = at_rows(b.kv.k, b.kv.halo_rows, kvb);
   const void* vs = at_rows(b.kv.v, b.kv.halo_rows, kvb);
@@ -91,7 +94,7 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
   // Queries before the shard: empty states (o = 0, lse = -inf).
   const std::int64_t n_empty = std::clamp<std::int64_t>(s - first_out, 0, T_out);
   if (n_empty > 0) {
-    ORTHROS_CUDA_CHECK(cudaMemsetAsync(b.o_part, 0, static_cast<std::size_t>(n_empty) * qb, stream));
+    ORTHROS_CUDA_CHECK(cudaMemsetAsync(b.o_part, 0, cp_partial_bytes(cfg, n_empty), stream));
     const long long n = n_empty * Hq;
     fill_lse_empty(b.lse_part, n, stream);
   }
@@ -100,7 +103,7 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
   if (in_lo < in_hi) {
     const std::int64_t j0 = in_lo - first_out, m = in_hi - in_lo;
     forward_on(cfg, ks, vs, cap, len, m, m, at_rows(b.q_out, j0, qb), b.scratch, nullptr, at_rows(b.q_out, j0, qb),
-               at_rows(b.o_part, j0, qb), b.lse_part + j0 * Hq, stream);
+               b.o_part + j0 * part_row, b.lse_part + j0 * Hq, stream);
   }
   // State path (T_out = 1): the one query sees [start_r, min(N-1, end_r-1)] = the whole shard;
   // the call is split (fixed split count, or the chunks) and leaves its fp32 split states in
@@ -124,6 +127,7 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
     buf.capacity = cap;
     buf.o = b.scratch;
     buf.o_out = b.o_part;
+    buf.o_out_float32 = true;
     buf.lse_out = b.lse_part;
     buf.workspace = b.states;
     buf.workspace_bytes = b.states_bytes;
@@ -134,7 +138,7 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
   for (std::int64_t t = std::max(e, first_out); t < N; ++t) {
     const std::int64_t j = t - first_out;
     forward_on(cfg, ks, vs, cap, len, 1, 1, at_rows(b.q_out, j, qb), b.scratch, nullptr, at_rows(b.q_out, j, qb),
-               at_rows(b.o_part, j, qb), b.lse_part + j * Hq, stream);
+               b.o_part + j * part_row, b.lse_part + j * Hq, stream);
   }
 }
 

@@ -69,10 +69,10 @@ void LoopbackTransport::gather_partials(const AttentionConfig& cfg, const CpLayo
     return;
   }
   require(last.o_parts && last.lse_parts, "the last rank's o_parts/lse_parts must not be null (T_out = ", T_out, ")");
-  const std::size_t ob = static_cast<std::size_t>(T_out) * row_bytes(cfg, true);
+  const std::size_t ob = cp_partial_bytes(cfg, T_out);
   const std::size_t lb = static_cast<std::size_t>(T_out) * cfg.num_q_heads * sizeof(float);
   for (int r = 0; r < ranks_; ++r) {
-    ORTHROS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(last.o_parts) + r * ob, local[r].o_part, ob,
+    ORTHROS_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(last.o_parts) + r * ob, local[r].o_part, ob,
                                        cudaMemcpyDeviceToDevice, stream));
     ORTHROS_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(last.lse_parts) + r * lb, local[r].lse_part, lb,
                                        cudaMemcpyDeviceToDevice, stream));
@@ -178,12 +178,12 @@ void NcclTransport::gather_partials(const AttentionConfig& cfg, const CpLayout& 
     ORTHROS_NCCL_CHECK(ncclGroupEnd());
     return;
   }
-  const std::size_t ob = static_cast<std::size_t>(T_out) * row_bytes(cfg, true);
+  const std::size_t ob = cp_partial_bytes(cfg, T_out);
   const std::size_t lb = static_cast<std::size_t>(T_out) * cfg.num_q_heads * sizeof(float);
   const int last = ranks_ - 1;
   if (rank_ == last) {
     require(b.o_parts && b.lse_parts, "the last rank's o_parts/lse_parts must not be null (T_out = ", T_out, ")");
-    ORTHROS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(b.o_parts) + last * ob, b.o_part, ob,
+    ORTHROS_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(b.o_parts) + last * ob, b.o_part, ob,
                                        cudaMemcpyDeviceToDevice, stream));
     ORTHROS_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(b.lse_parts) + last * lb, b.lse_part, lb,
                                        cudaMemcpyDeviceToDevice, stream));
@@ -191,7 +191,7 @@ void NcclTransport::gather_partials(const AttentionConfig& cfg, const CpLayout& 
   ORTHROS_NCCL_CHECK(ncclGroupStart());
   if (rank_ == last) {
     for (int r = 0; r < last; ++r) {
-      ORTHROS_NCCL_CHECK(ncclRecv(static_cast<char*>(b.o_parts) + r * ob, ob, ncclUint8, r, comm_of(comm_), stream));
+      ORTHROS_NCCL_CHECK(ncclRecv(reinterpret_cast<char*>(b.o_parts) + r * ob, ob, ncclUint8, r, comm_of(comm_), stream));
       ORTHROS_NCCL_CHECK(
           ncclRecv(reinterpret_cast<char*>(b.lse_parts) + r * lb, lb, ncclUint8, r, comm_of(comm_), stream));
     }

@@ -260,6 +260,7 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
   kp.v = buf.v_cache;
   kp.o = buf.o;
   kp.o_out = buf.o_out;
+  kp.o_out_f32 = buf.o_out_float32 ? 1 : 0;
   kp.lse = buf.lse;
   kp.lse_out = buf.lse_out;
   kp.partial = ws;
@@ -293,7 +294,12 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
     else
       launch_main<T>(pl, c.deterministic, D, kp, dim3(static_cast<unsigned>(gx), c.num_kv_heads, ns), stream);
   }
-  if (pl.nsplit > 1) launch_merge<T>(kp, b.total_out() * c.num_q_heads, stream);
+  if (pl.nsplit > 1) {
+    if (kp.o_out_f32)
+      launch_merge<float>(kp, b.total_out() * c.num_q_heads, stream);
+    else
+      launch_merge<T>(kp, b.total_out() * c.num_q_heads, stream);
+  }
 }
 
 }  // namespace

@@ -47,8 +47,17 @@ __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const Seq
       continue;
     }
     const int qoff = w.is_out ? sd.out_off : sd.q_off;
-    T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + ((size_t)(qoff + i) * p.Hq + head) * D;
+    const size_t off = ((size_t)(qoff + i) * p.Hq + head) * D;
     const float inv = __frcp_rn(lf);
+    if (w.is_out && p.o_out_f32) {  // float32 output stream (AttentionBuffers::o_out_float32)
+      float* dst = static_cast<float*>(p.o_out) + off;
+#pragma unroll
+      for (int j = 0; j < DT; ++j)
+        *reinterpret_cast<float2*>(dst + j * 8 + 2 * c) =
+            make_float2(__fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));
+      continue;
+    }
+    T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + off;
 #pragma unroll
     for (int j = 0; j < DT; ++j) {
       const uint32_t v = Mma<T>::pack(__fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));

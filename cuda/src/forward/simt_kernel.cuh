@@ -129,14 +129,23 @@ __global__ void __launch_bounds__(kSimtWarps * 32) simt_attn_kernel(const __grid
     fm = m;
     fl = warp_sum(l);
   }
-  T* optr = static_cast<T*>(w.is_out ? p.o_out : p.o);
   float* lptr = w.is_out ? p.lse_out : p.lse;
   const float inv = __frcp_rn(fl);
-  T* dst = optr + ((size_t)(qoff + i) * Hq + head) * D;
+  const size_t off = ((size_t)(qoff + i) * Hq + head) * D;
+  if (w.is_out && p.o_out_f32) {  // float32 output stream (AttentionBuffers::o_out_float32)
+    float* dst = static_cast<float*>(p.o_out) + off;
 #pragma unroll
-  for (int k = 0; k < kSimtMaxDpl; ++k) {
-    const int d = lane + 32 * k;
-    if (d < D) dst[d] = Elem<T>::from_f(__fmul_rn(acc[k], inv));
+    for (int k = 0; k < kSimtMaxDpl; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) dst[d] = __fmul_rn(acc[k], inv);
+    }
+  } else {
+    T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + off;
+#pragma unroll
+    for (int k = 0; k < kSimtMaxDpl; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) dst[d] = Elem<T>::from_f(__fmul_rn(acc[k], inv));
+    }
   }
   if (lane == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm, fl);
 }

@@ -14,7 +14,7 @@
 ///     (absolute position j+1, SPEC §2) is at `k_cache + ((b*capacity + j)*H_kv + h)*D`.
 ///     Rows `0 .. cache_len_b-1` must hold keys/values: the P_b cached ones AND this call's
 ///     T_b tokens (append them first, e.g. with rope_append_kv()).
-///   - outputs `o` `[sum T_b, H_q, D]`, `o_out` `[sum T_out_b, H_q, D]` (input dtype), `lse`
+///   - outputs `o` `[sum T_b, H_q, D]`, `o_out` `[sum T_out_b, H_q, D]` (input dtype; o_out float32 with AttentionBuffers::o_out_float32), `lse`
 ///     `[sum T_b, H_q]`, `lse_out` `[sum T_out_b, H_q]` (float32, natural log of the sum of
 ///     exp of the scaled scores).
 ///
@@ -107,7 +107,11 @@ struct AttentionBuffers {
   const void* v_cache = nullptr;   ///< [B, capacity, H_kv, D]
   std::int64_t capacity = 0;       ///< cache rows per sequence, >= max_b cache_lens[b]
   void* o = nullptr;               ///< [sum T_b, H_q, D]
-  void* o_out = nullptr;           ///< [sum T_out_b, H_q, D]
+  void* o_out = nullptr;           ///< [sum T_out_b, H_q, D] (dtype, or float32 with o_out_float32)
+  /// Write o_out as float32 (the normalized output before its rounding to the dtype) instead of
+  /// the dtype: for callers that merge output-stream partial states themselves (context
+  /// parallelism, cp_output_partials), where a rounding per partial would add to the merge's.
+  bool o_out_float32 = false;
   float* lse = nullptr;            ///< [sum T_b, H_q]; may be null (not written)
   float* lse_out = nullptr;        ///< [sum T_out_b, H_q]; may be null (not written)
   /// Optional scratch for split-KV partial states (attention_workspace_bytes()); when null the

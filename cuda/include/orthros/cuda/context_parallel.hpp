@@ -46,9 +46,9 @@
 ///     to the dtype, as a single-GPU split-KV; within SPEC §6, not bitwise.
 ///   - output stream otherwise (T_out > 1, or deterministic with a shard start off the chunk
 ///     grid or a shard of <= one chunk): the "normalized path": each rank's o_r is the public
-///     operator's output rounded to the dtype (bf16/f16: one extra rounding per rank), lse_r f32,
-///     merged by cp_merge_partials(); within rounding (SPEC §6 relative criterion, a few ulps of
-///     one GPU), not bitwise.
+///     operator's normalized output in float32 (AttentionBuffers::o_out_float32: not rounded to
+///     the dtype), lse_r f32, merged by cp_merge_partials() and rounded once to the dtype, as a
+///     single-GPU split-KV merge; within SPEC §6 (both criteria), not bitwise.
 ///
 /// Errors: bad layouts, ranks, windows, buffers throw orthros::Error naming the parameter and
 /// values before anything is launched; CUDA failures throw CudaError; NCCL failures throw
@@ -135,12 +135,12 @@ struct CpRankBuffers {
   /// [T_out, H_q, D] output queries. On the last rank: the input; on the others: filled by the
   /// transport's broadcast (CpOptions::broadcast_q_out) or by the caller.
   void* q_out = nullptr;
-  void* o_part = nullptr;      ///< [T_out, H_q, D] this rank's partial states (dtype)
+  float* o_part = nullptr;     ///< [T_out, H_q, D] this rank's partial outputs, float32 (cp_partial_bytes())
   float* lse_part = nullptr;   ///< [T_out, H_q] their LSEs (-inf: empty state)
   void* scratch = nullptr;     ///< cp_scratch_bytes() bytes (base rows of the partial calls)
   std::size_t scratch_bytes = 0;  ///< size of `scratch` in bytes
   // Last rank only (the owner of the output queries):
-  void* o_parts = nullptr;     ///< [R, T_out, H_q, D] gathered partial states, rank-major
+  float* o_parts = nullptr;    ///< [R, T_out, H_q, D] gathered partial outputs, float32, rank-major
   float* lse_parts = nullptr;  ///< [R, T_out, H_q]
   void* o_out = nullptr;       ///< [T_out, H_q, D] merged output stream
   float* lse_out = nullptr;    ///< [T_out, H_q] (may be null)
@@ -174,6 +174,10 @@ struct CpRows {
 /// rank or T outside [0, N].
 CpRows cp_rank_rows(const CpLayout& layout, int rank, std::int64_t T);
 
+/// Bytes of one rank's partial outputs `o_part` [T_out, H_q, D] in float32 (any dtype); `o_parts`
+/// of the last rank holds R of them. \throws orthros::Error if T_out < 0.
+std::size_t cp_partial_bytes(const AttentionConfig& cfg, std::int64_t T_out);
+
 /// Scratch bytes of cp_output_partials() for T_out output queries.
 std::size_t cp_scratch_bytes(const AttentionConfig& cfg, std::int64_t T_out);
 
@@ -202,17 +206,17 @@ void cp_output_partials(const AttentionConfig& cfg, const CpLayout& layout, int 
 /// per output row and query head, over the non-empty states (lse > -inf), in float32:
 /// `M = max lse_r, e_r = exp(lse_r - M), L = sum_r e_r (ascending r), o = sum_r (e_r / L) o_r,
 /// lse = M + log L` (this sum in float64, rounded once); o rounded once to the dtype. One state:
-/// the identity, bit for bit.
+/// the float32 partial rounded to the dtype, which is what attention_forward writes.
 /// \param cfg       dtype and dims of the operator
 /// \param R         number of partial states per output row (ranks)
 /// \param T_out     output rows
-/// \param o_parts   [R, T_out, H_q, D] (dtype), rank-major
+/// \param o_parts   [R, T_out, H_q, D] float32, rank-major (cp_output_partials()' o_part of each rank)
 /// \param lse_parts [R, T_out, H_q] (float32, natural log; -inf: empty state)
 /// \param o_out     [T_out, H_q, D] merged output (dtype)
 /// \param lse_out   [T_out, H_q] merged LSE (may be null)
 /// \param stream    CUDA stream of the launch
 /// \throws orthros::Error on R < 1, T_out < 0, null buffers; CudaError on a failed launch.
-void cp_merge_partials(const AttentionConfig& cfg, int R, std::int64_t T_out, const void* o_parts,
+void cp_merge_partials(const AttentionConfig& cfg, int R, std::int64_t T_out, const float* o_parts,
                        const float* lse_parts, void* o_out, float* lse_out, cudaStream_t stream = nullptr);
 
 /// Moves halos and partial states between ranks. Every method is collective over the ranks the
