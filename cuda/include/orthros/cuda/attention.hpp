@@ -14,9 +14,9 @@
 ///     (absolute position j+1, SPEC §2) is at `k_cache + ((b*capacity + j)*H_kv + h)*D`.
 ///     Rows `0 .. cache_len_b-1` must hold keys/values: the P_b cached ones AND this call's
 ///     T_b tokens (append them first, e.g. with rope_append_kv()).
-///   - outputs `o` `[sum T_b, H_q, D]`, `o_out` `[sum T_out_b, H_q, D]` (input dtype; o_out float32 with AttentionBuffers::o_out_float32), `lse`
-///     `[sum T_b, H_q]`, `lse_out` `[sum T_out_b, H_q]` (float32, natural log of the sum of
-///     exp of the scaled scores).
+///   - outputs `o` `[sum T_b, H_q, D]`, `o_out` `[sum T_out_b, H_q, D]` (input dtype; o_out in
+///     float32 with AttentionBuffers::o_out_float32), `lse` `[sum T_b, H_q]`, `lse_out`
+///     `[sum T_out_b, H_q]` (float32, natural log of the sum of exp of the scaled scores).
 ///
 /// Errors: invalid arguments throw orthros::Error (message names the parameter and values)
 /// before anything is launched; a failing CUDA call throws orthros::cuda::CudaError naming
