@@ -19,10 +19,13 @@ test_rc=0
 # The backward on both kernel paths (automatic: the wgmma kernels on an H100/H200; generic:
 # mma.sync), and the automatic path with the fused dq forced (ORTHROS_BWD_FUSED_DQ=1: by default it
 # runs only for sequences of >= 24K output rows, longer than the tests').
-for path in automatic generic fused; do
+# And the automatic path with the dk/dv kernel's pipelined loop off (ORTHROS_BWD_PIPE=0: by
+# default it runs below 24K output rows, so these sizes would never reach the plain loop at D = 128).
+for path in automatic generic fused unpiped; do
   echo "== backward gpu tests ($path)"
-  if [ $path = fused ]; then kernel=automatic fused=1; else kernel=$path fused=; fi
-  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused timeout 240 "$BIN/test_attention_backward_gpu" \
+  kernel=automatic fused= pipe=
+  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; esac
+  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe timeout 240 "$BIN/test_attention_backward_gpu" \
     > "$OUTDIR/tests_bwd_$path.log" 2>&1
   rc=$?
   grep -E "^\[  |^\[       OK|FAILED|Failure|^\[ bwd|^(dq|dk|dv|dq_out):" "$OUTDIR/tests_bwd_$path.log" | cut -c1-300

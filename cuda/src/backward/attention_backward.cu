@@ -62,6 +62,29 @@ bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
   return longest >= kFusedDqMinOutTokens;
 }
 
+/// Where the Hopper dk/dv kernel runs its pipelined consumer loop (the next row block's S^T and
+/// dP^T issued while dK runs): D = 128, without the fused dq, when every sequence has fewer than
+/// this many output rows. Measured on the H200 (bench/results/2026-12-06-h200-bwd-pipeline.md,
+/// qwen3-8b shape, two kernels, pipelined / kept loop, dk/dv kernel alone): PT 8K 0.97-0.98x, PT
+/// 16K 0.97-0.99x, PT 32K 1.05x; whole backward SFT 8K and 32K (T_out 2K, 8K) 0.95-0.97x. Long
+/// causal streams lose (see the results page); the fused dq takes them in the fast mode anyway.
+constexpr std::int64_t kPipelinedMaxOutTokens = 24576;
+
+/// The dk/dv kernel runs its pipelined loop in this call (fused_dq: the call folds dq into it).
+/// ORTHROS_BWD_PIPE = 1 / 0 forces it on / off wherever it can run (D = 128, no fused dq): the
+/// tests' and the benchmark's switch.
+bool use_pipelined_dkdv(const AttentionConfig& c, const BatchLayout& b, bool fused_dq) {
+  static const int forced = [] {
+    const char* e = std::getenv("ORTHROS_BWD_PIPE");
+    return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
+  }();
+  if (!use_hopper(c) || c.head_dim != 128 || fused_dq || forced == 0) return false;
+  if (forced == 1) return true;
+  std::int64_t longest = 0;
+  for (auto t : b.out_lens) longest = std::max<std::int64_t>(longest, t);
+  return longest < kPipelinedMaxOutTokens;
+}
+
 /// Bytes of the pre-pass's Δ and lse2 (float32 per row and head of both streams).
 std::size_t prepass_bytes(const AttentionConfig& c, const BatchLayout& b) {
   return static_cast<std::size_t>(b.total_q() + b.total_out()) * c.num_q_heads * 2 * sizeof(float);
@@ -163,6 +186,7 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     ORTHROS_CUDA_CHECK(cudaMemsetAsync(acc.acc, 0, dq_acc_ws(c, b), stream));
   }
   const bool run_dq = only.dq && !fused_dq, run_dkdv = only.dkdv;
+  const bool pipelined = use_pipelined_dkdv(c, b, fused_dq);
   const int bm = mma ? kBwdDqBM : kSimtBwdWarps;
   const int bn_kv = hopper ? kHopperBwdKeys : mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
   int q_off = 0, out_off = 0;
@@ -219,7 +243,7 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
         static_assert(kBwdDqBM == kHopperBwdRows, "the post-pass grid counts the blocks of the accumulator");
         acc.seq0 = s0;
         if (run_dkdv && max_kv_blocks > 0)
-          launch_hopper_backward(c.dtype, bp, geo, grid_kv, fused_dq ? acc : DqAccumulator{}, stream);
+          launch_hopper_backward(c.dtype, bp, geo, grid_kv, fused_dq ? acc : DqAccumulator{}, pipelined, stream);
         if (fused_dq && gx > 0)
           launch_hopper_dq_convert(c.dtype, bp, acc, max_base_blocks,
                                    dim3(static_cast<unsigned>(gx), static_cast<unsigned>(c.num_kv_heads), ns), stream);

@@ -36,17 +36,22 @@
 #include "common/tile_loaders.cuh"
 #include "forward/attention_hopper.hpp"
 
+#include <type_traits>
+
 
 namespace orthros::cuda::detail {
 
 namespace {
 
-constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows, STAGES = kHopperBwdStages;
+constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows;
+/// Q/dO ring depth: kHopperBwdStages, or PIPE stages for the pipelined consumer loop (PIPE > 0).
+template <int PIPE>
+constexpr int bwd_stages() { return PIPE > 0 ? PIPE : kHopperBwdStages; }
 
 /// Shared memory of hopper_bwd_kernel, every tile 1024-byte aligned (the 128-byte swizzle): K and
 /// V of the CTA's keys ([BN][D] as D/64 column blocks of [BN][64]), the ring of Q and dO
 /// ([BQ][D] likewise) and lse2 and Δ of their rows.
-template <typename T, int D>
+template <typename T, int D, int STAGES>
 struct HopperBwdSmem {
   T k[BN * D];
   T v[BN * D];
@@ -68,9 +73,9 @@ struct HopperDqSmem {
   float* dst[2];  // where the staged tile goes (its accumulator chunk), set with it
   uint64_t stage_full[2], stage_empty[2];
 };
-template <typename T, int D, bool DQ>
+template <typename T, int D, bool DQ, int PIPE>
 constexpr int hopper_bwd_smem_bytes() {
-  constexpr int main = (static_cast<int>(sizeof(HopperBwdSmem<T, D>)) + 1023) / 1024 * 1024;
+  constexpr int main = (static_cast<int>(sizeof(HopperBwdSmem<T, D, bwd_stages<PIPE>()>)) + 1023) / 1024 * 1024;
   return main + (DQ ? static_cast<int>(sizeof(HopperDqSmem<T>)) : 0) + 1024;  // +1024: alignment
 }
 
@@ -131,14 +136,16 @@ struct RowBlock {
   }
 };
 
-template <typename T, int D, bool DQ>
+template <typename T, int D, bool DQ, int PIPE>
 __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_constant__ HopperBwdParams hp) {
-  constexpr int NQ = BQ / 8, DT = D / 8;
+  static_assert(!(DQ && PIPE > 0), "the pipelined loop has no room for the fused dq's registers");
+  constexpr int NQ = BQ / 8, DT = D / 8, STAGES = bwd_stages<PIPE>();
   extern __shared__ unsigned char smem_raw[];
   unsigned char* base =
       smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
-  auto& sm = *reinterpret_cast<HopperBwdSmem<T, D>*>(base);
-  auto& sq = *reinterpret_cast<HopperDqSmem<T>*>(base + (sizeof(HopperBwdSmem<T, D>) + 1023) / 1024 * 1024);
+  using Smem = HopperBwdSmem<T, D, STAGES>;
+  auto& sm = *reinterpret_cast<Smem*>(base);
+  auto& sq = *reinterpret_cast<HopperDqSmem<T>*>(base + (sizeof(Smem) + 1023) / 1024 * 1024);
   const BwdParams& p = hp.b;
   const KernelParams& f = p.f;
   const SeqDesc& sd = f.seq[blockIdx.z];
@@ -265,23 +272,30 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   for (int j = 0; j < DT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
+  // S^T, dP^T of the current row block; the packed P^T and dS^T (A operands of dV and dK). With
+  // PIPE the packed dS^T lives across iterations: dK of row block it - 1 is still in flight while
+  // row block it's S^T and dP^T are issued.
+  float sacc[NQ][4], pacc[NQ][4];
+  uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+  // Waits for row block it's Q/dO stage, then issues G1 S^T = K Q^T and G2 dP^T = V dO^T (B
+  // operands K-major: [rows][D]), one commit group each.
+  const auto issue_s_dp = [&](int it) {
+    const int s = it % STAGES;
+    mbar_wait(&sm.full[s], (it / STAGES) & 1);
+    if (!hp.tma_q) fence_proxy_async();  // Q/dO came through cp.async (generic proxy)
+    const uint64_t dq_k = desc_sw128(sm.q[s], 16, 1024), ddo_k = desc_sw128(sm.d_o[s], 16, 1024);
+    wgmma_fence();
+    wgmma_ss_over_d<T, D, BN, BQ>(sacc, desc_k, dq_k);
+    wgmma_commit();
+    wgmma_ss_over_d<T, D, BN, BQ>(pacc, desc_v, ddo_k);
+    wgmma_commit();
+  };
   for (int it = 0; it < nb; ++it) {
     const int s = it % STAGES;
     const RowBlock rbk(f, sd, br, it);
     const int r0 = rbk.rb * BQ;
-    mbar_wait(&sm.full[s], (it / STAGES) & 1);
-    if (!hp.tma_q) fence_proxy_async();  // Q/dO came through cp.async (generic proxy)
+    issue_s_dp(it);  // PIPE: while the previous row block's dK runs
     const uint64_t ddo_mn = desc_sw128(sm.d_o[s], BQ * 128, 1024), dq_mn = desc_sw128(sm.q[s], BQ * 128, 1024);
-    float sacc[NQ][4], pacc[NQ][4];
-    {
-      // ---- G1 S^T = K Q^T, G2 dP^T = V dO^T (B operands K-major: [rows][D]) ----
-      const uint64_t dq_k = desc_sw128(sm.q[s], 16, 1024), ddo_k = desc_sw128(sm.d_o[s], 16, 1024);
-      wgmma_fence();
-      wgmma_ss_over_d<T, D, BN, BQ>(sacc, desc_k, dq_k);
-      wgmma_commit();
-      wgmma_ss_over_d<T, D, BN, BQ>(pacc, desc_v, ddo_k);
-      wgmma_commit();
-    }
     const float* lb = sm.lse2[s];
     const float* db = sm.delta[s];
     const int last = min(rbk.nrows, r0 + BQ) - 1;
@@ -292,9 +306,15 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
                       (rbk.is_out || (f.window > 1 && (long long)pos_last - klo < f.window));
     // ---- P^T (columns are the block's rows), masked to each row's keys ----
     uint32_t ds_zero = 0;  // bit j * 4 + e: element (j, e) has dS = 0 (masked, or a single-key row)
+    float pt[NQ][4], dst[NQ][4];  // P^T, dS^T (not in the accumulators: wgmma owns those)
     static_assert(NQ * 4 == 32, "one bit per accumulator element");
-    wgmma_wait<1>();
+    wgmma_wait<1>();  // G1 done (PIPE: and the previous row block's dK)
     fence_regs(sacc);
+    if (PIPE > 0 && it > 0) {
+      fence_regs(da);
+      fence_regs(dk);
+      mbar_arrive(&sm.empty[(it - 1) % STAGES]);  // the previous row block's Q/dO are read
+    }
 #pragma unroll
     for (int j = 0; j < NQ; ++j)
 #pragma unroll
@@ -309,11 +329,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
           if (!ok) pe = 0.f;
           if (!ok || single) ds_zero |= 1u << (j * 4 + e);
         }
-        sacc[j][e] = pe;  // P^T
+        pt[j][e] = pe;  // P^T
       }
-    uint32_t pa[BQ / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+    for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(pa[kk], pt[2 * kk], pt[2 * kk + 1]);
     // ---- G3 dV += P^T dO (B operand MN-major: [rows][D], D contiguous) ----
     wgmma_fence();
 #pragma unroll
@@ -327,11 +346,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = j * 8 + 2 * c + (e & 1);
-        pacc[j][e] = (ds_zero >> (j * 4 + e)) & 1u ? 0.f : __fmul_rn(sacc[j][e], __fsub_rn(pacc[j][e], db[col]));
+        dst[j][e] = (ds_zero >> (j * 4 + e)) & 1u ? 0.f : __fmul_rn(pt[j][e], __fsub_rn(pacc[j][e], db[col]));
       }
-    uint32_t da[BQ / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(da[kk], pacc[2 * kk], pacc[2 * kk + 1]);
+    for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(da[kk], dst[2 * kk], dst[2 * kk + 1]);
     // ---- G4 dK += dS^T Q ----
     wgmma_fence();
 #pragma unroll
@@ -347,7 +365,7 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk) {
         uint32_t w4[4];
-        pack_a<T>(w4, pacc[2 * kk], pacc[2 * kk + 1]);
+        pack_a<T>(w4, dst[2 * kk], dst[2 * kk + 1]);
         *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w4[0];
         *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk) ^ sw) << 3) + 2 * c) = w4[1];
         *reinterpret_cast<uint32_t*>(dsb + kr * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w4[2];
@@ -386,6 +404,12 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       if ((tid & 127) == 0) sq.dst[wg] = dq_acc_chunk(hp.dq, f, sd, rbk.is_out, rbk.rb, kvh) + (D == 128 ? wg * BQ * 64 : 0);
       fence_proxy_async();  // the stores before the bulk reduction (async proxy) reads them
       mbar_arrive(&sq.stage_full[wg]);
+    } else if constexpr (PIPE > 0) {
+      // dV done; dK keeps running into the next row block, whose S^T and dP^T are issued behind it
+      // (their accumulators are free: P^T and dS^T are packed into pa and da).
+      wgmma_wait<1>();
+      fence_regs(pa);
+      fence_regs(dv);
     } else {
       wgmma_wait<0>();
       fence_regs(pa);
@@ -394,6 +418,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       fence_regs(dv);
       mbar_arrive(&sm.empty[s]);
     }
+  }
+  if constexpr (PIPE > 0) {
+    wgmma_wait<0>();
+    fence_regs(da);
   }
   fence_regs(dk);
   fence_regs(dv);
@@ -431,24 +459,30 @@ bool encode_bwd_query_maps(DType dtype, const BwdParams& bp, const HopperGeometr
 }
 
 void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
-                            const DqAccumulator& dq, cudaStream_t stream) {
+                            const DqAccumulator& dq, bool pipelined, cudaStream_t stream) {
   dispatch_hopper_types(dtype, bp.f.D, "Hopper backward kernel", [&](auto t, auto d) {
     using T = typename decltype(t)::type;
     constexpr int D = decltype(d)::value;
     if (grid.x == 0) return;
+    require(!pipelined || (D == 128 && !dq.acc), "internal: the pipelined dk/dv loop is built for D = 128 without "
+            "the fused dq (D = ", D, ")");
     HopperBwdParams hp{};
     hp.b = bp;
     hp.tma_q = encode_bwd_query_maps(dtype, bp, geo, BQ, &hp.tm_q, &hp.tm_do, &hp.tm_qo, &hp.tm_doo);
     hp.dq = dq;
-    if (dq.acc) {
-      constexpr int smem = hopper_bwd_smem_bytes<T, D, true>();
-      opt_in_shared_memory<hopper_bwd_kernel<T, D, true>>(smem);
-      hopper_bwd_kernel<T, D, true><<<grid, 3 * 128, smem, stream>>>(hp);
-    } else {
-      constexpr int smem = hopper_bwd_smem_bytes<T, D, false>();
-      opt_in_shared_memory<hopper_bwd_kernel<T, D, false>>(smem);
-      hopper_bwd_kernel<T, D, false><<<grid, 3 * 128, smem, stream>>>(hp);
-    }
+    const auto launch = [&](auto dq_c, auto pipe_c) {
+      constexpr bool kDq = decltype(dq_c)::value;
+      constexpr int kPipe = decltype(pipe_c)::value;
+      constexpr int smem = hopper_bwd_smem_bytes<T, D, kDq, kPipe>();
+      opt_in_shared_memory<hopper_bwd_kernel<T, D, kDq, kPipe>>(smem);
+      hopper_bwd_kernel<T, D, kDq, kPipe><<<grid, 3 * 128, smem, stream>>>(hp);
+    };
+    if (dq.acc)
+      launch(std::true_type{}, std::integral_constant<int, 0>{});
+    else if (pipelined)  // D == 128 (checked above); D = 64 would get the C7515-serialized build
+      launch(std::false_type{}, std::integral_constant<int, D == 128 ? kHopperBwdPipeStages : 0>{});
+    else
+      launch(std::false_type{}, std::integral_constant<int, 0>{});
     ORTHROS_CUDA_LAUNCH_CHECK("hopper_bwd_kernel");
   });
 }

@@ -51,11 +51,13 @@ inline long long dq_acc_blocks(long long tokens, int group, int batch) {
 /// Launches the KV-block-outer wgmma dk/dv kernel (attention_backward_hopper.cu) over `grid` =
 /// (key blocks of kHopperBwdKeys x H_kv, 1, sequences of bp.f.seq): writes dk and dv of every key
 /// and, when dq.acc is not null, adds every row block's dq partial sum to the accumulator (the
-/// fused backward; dq then comes from launch_hopper_dq_convert). Needs the pre-pass's bp.delta and
-/// bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error otherwise); CudaError when a TMA descriptor
-/// cannot be encoded or the launch fails.
+/// fused backward; dq then comes from launch_hopper_dq_convert). `pipelined` selects the consumer
+/// loop that issues a row block's S^T and dP^T while the previous block's dK runs (D = 128
+/// without the fused dq only; same arithmetic, same bits). Needs the pre-pass's bp.delta and
+/// bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error otherwise, and for `pipelined` elsewhere);
+/// CudaError when a TMA descriptor cannot be encoded or the launch fails.
 void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
-                            const DqAccumulator& dq, cudaStream_t stream);
+                            const DqAccumulator& dq, bool pipelined, cudaStream_t stream);
 
 /// The fused backward's post-pass over the sequences of bp.f.seq: dq and dq_out = bp.scale * the
 /// accumulator's sums, rounded once to the dtype (as the dq kernels round s * acc). `grid` =

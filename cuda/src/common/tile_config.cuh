@@ -73,6 +73,12 @@ struct BwdKvShape {
 /// row block at D = 128, while one step computes four 64 x 64 x D products per warpgroup); with K
 /// and V this is 128 KB at D = 128.
 constexpr int kHopperBwdKeys = 128, kHopperBwdRows = 64, kHopperBwdStages = 2;
+/// The pipelined consumer loop (D = 128: a row block's S^T and dP^T issued while the previous
+/// block's dK runs) releases a Q/dO stage one row block later, so it keeps one more stage: 3
+/// (160 KB at D = 128). Its registers at the overlap: dK, dV (128), the packed dS^T of the
+/// in-flight dK (16), the new S^T and dP^T (64), within the 240 below without spills; at D = 64
+/// ptxas serializes its wgmma chain (C7515), so D = 64 keeps the plain loop.
+constexpr int kHopperBwdPipeStages = 3;
 /// Register split: producer 24, consumers 240 (dK and dV accumulators: 2 x 64 fp32 at D = 128,
 /// S^T and dP^T 2 x 32, the packed P^T and dS^T 2 x 16): 24 * 128 + 240 * 256 = 64512 of the
 /// 64K-register file.
