@@ -53,7 +53,7 @@ inline long long dq_acc_blocks(long long tokens, int group, int batch) {
 /// and, when dq.acc is not null, adds every row block's dq partial sum to the accumulator (the
 /// fused backward; dq then comes from launch_hopper_dq_convert). `pipelined` selects the consumer
 /// loop that issues a row block's S^T and dP^T while the previous block's dK runs (D = 128
-/// without the fused dq only; same arithmetic, same bits). Needs the pre-pass's bp.delta and
+/// without the fused dq only; the same products in the same order per element). Needs the pre-pass's bp.delta and
 /// bp.lse2. dtype bf16/f16, D 64/128 (orthros::Error otherwise, and for `pipelined` elsewhere);
 /// CudaError when a TMA descriptor cannot be encoded or the launch fails.
 void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeometry& geo, dim3 grid,
