@@ -136,6 +136,16 @@ struct RowBlock {
   }
 };
 
+/// `own` when OWN, else `acc`: where the pipelined loop keeps a value the plain loop writes back
+/// into an accumulator.
+template <bool OWN, typename A>
+__device__ __forceinline__ A& own_or(A& own, A& acc) {
+  if constexpr (OWN)
+    return own;
+  else
+    return acc;
+}
+
 template <typename T, int D, bool DQ, int PIPE>
 __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_constant__ HopperBwdParams hp) {
   static_assert(!(DQ && PIPE > 0), "the pipelined loop has no room for the fused dq's registers");
@@ -306,7 +316,12 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
                       (rbk.is_out || (f.window > 1 && (long long)pos_last - klo < f.window));
     // ---- P^T (columns are the block's rows), masked to each row's keys ----
     uint32_t ds_zero = 0;  // bit j * 4 + e: element (j, e) has dS = 0 (masked, or a single-key row)
-    float pt[NQ][4], dst[NQ][4];  // P^T, dS^T (not in the accumulators: wgmma owns those)
+    // P^T and dS^T: in the pipelined loop arrays of their own (ptxas serializes a wgmma chain whose
+    // accumulators other instructions write while a wgmma is in flight across the back edge:
+    // C7515), otherwise written back into S^T's and dP^T's accumulators.
+    float pt_own[NQ][4], dst_own[NQ][4];
+    float(&pt)[NQ][4] = own_or<(PIPE > 0)>(pt_own, sacc);
+    float(&dst)[NQ][4] = own_or<(PIPE > 0)>(dst_own, pacc);
     static_assert(NQ * 4 == 32, "one bit per accumulator element");
     wgmma_wait<1>();  // G1 done (PIPE: and the previous row block's dK)
     fence_regs(sacc);
