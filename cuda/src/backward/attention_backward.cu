@@ -64,7 +64,7 @@ bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
 
 /// Where the Hopper dk/dv kernel runs its pipelined consumer loop (the next row block's S^T and
 /// dP^T issued while dK runs): D = 128, without the fused dq, when every sequence has fewer than
-/// this many output rows. Measured on the H200 (bench/results/2026-12-06-h200-bwd-pipeline.md,
+/// this many output rows. Measured on the H200 (bench/results/2026-12-06-bwd-pipeline.md,
 /// qwen3-8b shape, two kernels, pipelined / kept loop, dk/dv kernel alone): PT 8K 0.97-0.98x, PT
 /// 16K 0.97-0.99x, PT 32K 1.05x; whole backward SFT 8K and 32K (T_out 2K, 8K) 0.95-0.97x. Long
 /// causal streams lose (see the results page); the fused dq takes them in the fast mode anyway.

@@ -2,7 +2,7 @@
 # One device call (2026-12-06): the pipelined dk/dv consumer loop (ORTHROS_BWD_PIPE=1) against the
 # kept loop, same binary; plus the forward and context-parallel tests of the float32 partial
 # outputs. From the repository root, after ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh:
-#   bash bench/results/2026-12-06-h200-bwd-pipeline/run.sh
+#   bash bench/results/2026-12-06-bwd-pipeline/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source ci/gpu_env.sh

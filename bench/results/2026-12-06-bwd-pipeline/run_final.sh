@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The final device call of 2026-12-06 (lean: device time was short after ~25 minutes of refused
 # starts), from the repository root after ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh
-# (carry build-xz and .whl):  bash bench/results/2026-12-06-h200-bwd-pipeline/run_final.sh
+# (carry build-xz and .whl):  bash bench/results/2026-12-06-bwd-pipeline/run_final.sh
 # Backward tests on the automatic (pipelined at these sizes), plain-loop and fused-dq paths, the
 # layer backward, verify --grad, the four sanitizers, our benchmark and the cuDNN/FA2 peers with the
 # summary, then the pipelined loop forced off / on at PT 24K (two kernels). Key lines on stdout.
