@@ -64,10 +64,12 @@ bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
 
 /// Where the Hopper dk/dv kernel runs its pipelined consumer loop (the next row block's S^T and
 /// dP^T issued while dK runs): D = 128, without the fused dq, when every sequence has fewer than
-/// this many output rows. Measured on the H200 (bench/results/2026-12-06-bwd-pipeline.md,
-/// qwen3-8b shape, two kernels, pipelined / kept loop, dk/dv kernel alone): PT 8K 0.97-0.98x, PT
-/// 16K 0.97-0.99x, PT 32K 1.05x; whole backward SFT 8K and 32K (T_out 2K, 8K) 0.95-0.97x. Long
-/// causal streams lose (see the results page); the fused dq takes them in the fast mode anyway.
+/// this many output rows. Measured (bench/results/2026-12-06-bwd-pipeline.md, qwen3-8b shape, two
+/// kernels, pipelined / plain loop): H200, dk/dv kernel alone, PT 8K 0.97-0.98x, 16K 0.97-0.99x,
+/// 32K 1.05x; whole backward SFT 8K and 32K (T_out 2K, 8K) 0.95-0.97x. At long causal streams the
+/// CTAs of a head stop sharing the Q/dO row blocks in L2 (PT 32K: hit rate 82 -> 51 %, DRAM
+/// reads 8 -> 35 GB on an H100, where PT 24K-32K still gained 3-4 %). The fused dq takes those
+/// streams in the fast mode; the deterministic mode keeps the plain loop there.
 constexpr std::int64_t kPipelinedMaxOutTokens = 24576;
 
 /// The dk/dv kernel runs its pipelined loop in this call (fused_dq: the call folds dq into it).
