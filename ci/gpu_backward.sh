@@ -46,14 +46,17 @@ for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
   rc=${PIPESTATUS[0]}; echo "verify --grad --device cuda $1 exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
 done
 if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
-  # Both Hopper dq paths: the two kernels (default at these sizes) and the fused dq.
-  for fused in "" 1; do
+  # Every Hopper dk/dv loop: the two kernels with the pipelined loop (default at these sizes), the
+  # plain loop (ORTHROS_BWD_PIPE=0) and the fused dq.
+  for variant in "" fused unpiped; do
+    fused= pipe=
+    case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
     for tool in ${ORTHROS_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
-      echo "== compute-sanitizer $tool (SanitizerSmall${fused:+, fused dq})"
-      ORTHROS_BWD_FUSED_DQ=$fused timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
-        "$BIN/test_attention_backward_gpu" --gtest_filter='*SanitizerSmall*' > "$OUTDIR/sanitizer_$tool$fused.log" 2>&1
+      echo "== compute-sanitizer $tool (SanitizerSmall${variant:+, $variant})"
+      ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
+        "$BIN/test_attention_backward_gpu" --gtest_filter='*SanitizerSmall*' > "$OUTDIR/sanitizer_$tool$variant.log" 2>&1
       echo "$tool exit status: $?"
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|PASSED|FAILED" "$OUTDIR/sanitizer_$tool$fused.log" | head -8
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|PASSED|FAILED" "$OUTDIR/sanitizer_$tool$variant.log" | head -8
     done
   done
   # The layer backward (our stage/colsum kernels plus cuBLAS): bf16 cases. Racecheck does not model

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${ORTHROS_GPU_BUILD_DIR:-build-cuda}
-[ -f "$B/CMakeCache.txt" ] || cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >/dev/null  # keeps the folder's other cached options
 cmake --build "$B" -j2 --target test_attention_gpu test_layer_gpu test_attention_backward_gpu test_layer_backward_gpu \
   test_context_parallel_gpu bench_attention_gpu \
   bench_attention_backward_gpu orthros_bench_gpu orthros
