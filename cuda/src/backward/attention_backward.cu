@@ -39,6 +39,20 @@ bool use_hopper(const AttentionConfig& c) {
   return use_mma(c) && c.kernel != KernelPath::generic && hopper_kernels_available();
 }
 
+/// A kernel-choice switch from the environment (the tests' and the benchmark's): 1 or 0 when the
+/// variable `name` starts with '1' or '0', -1 (the dispatch rule decides) otherwise.
+int env_switch(const char* name) {
+  const char* e = std::getenv(name);
+  return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
+}
+
+/// The longest output stream (T_out) of the call's sequences.
+std::int64_t longest_out_rows(const BatchLayout& b) {
+  std::int64_t longest = 0;
+  for (auto t : b.out_lens) longest = std::max<std::int64_t>(longest, t);
+  return longest;
+}
+
 /// Where the Hopper fast mode folds dq into the dk/dv kernel: calls with a sequence of at least
 /// this many output rows (T_out, the causal stream). Measured on the H200 (bench/results/
 /// 2026-12-03-h200-fused-dq.md, qwen3-8b shape, fused / two kernels): PT 8K 1.09x, 12K 1.01x, 16K
@@ -51,15 +65,10 @@ constexpr std::int64_t kFusedDqMinOutTokens = 24576;
 /// rows. ORTHROS_BWD_FUSED_DQ = 1 / 0 forces it on / off for every Hopper fast-mode call (the
 /// tests' and the benchmark's switch).
 bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
-  static const int forced = [] {
-    const char* e = std::getenv("ORTHROS_BWD_FUSED_DQ");
-    return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
-  }();
+  static const int forced = env_switch("ORTHROS_BWD_FUSED_DQ");
   if (!use_hopper(c) || c.deterministic || forced == 0) return false;
   if (forced == 1) return true;
-  std::int64_t longest = 0;
-  for (auto t : b.out_lens) longest = std::max<std::int64_t>(longest, t);
-  return longest >= kFusedDqMinOutTokens;
+  return longest_out_rows(b) >= kFusedDqMinOutTokens;
 }
 
 /// Where the Hopper dk/dv kernel runs its pipelined consumer loop (the next row block's S^T and
@@ -76,15 +85,10 @@ constexpr std::int64_t kPipelinedMaxOutTokens = 24576;
 /// ORTHROS_BWD_PIPE = 1 / 0 forces it on / off wherever it can run (D = 128, no fused dq): the
 /// tests' and the benchmark's switch.
 bool use_pipelined_dkdv(const AttentionConfig& c, const BatchLayout& b, bool fused_dq) {
-  static const int forced = [] {
-    const char* e = std::getenv("ORTHROS_BWD_PIPE");
-    return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
-  }();
+  static const int forced = env_switch("ORTHROS_BWD_PIPE");
   if (!use_hopper(c) || c.head_dim != 128 || fused_dq || forced == 0) return false;
   if (forced == 1) return true;
-  std::int64_t longest = 0;
-  for (auto t : b.out_lens) longest = std::max<std::int64_t>(longest, t);
-  return longest < kPipelinedMaxOutTokens;
+  return longest_out_rows(b) < kPipelinedMaxOutTokens;
 }
 
 /// Bytes of the pre-pass's Δ and lse2 (float32 per row and head of both streams).

@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     for (int kk = 0; kk < BQ / 16; ++kk) wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
     wgmma_commit();
     if constexpr (DQ) {
-      // dS^T into shared memory while G4 runs, packed again from pacc (da is G4's operand: reading
+      // dS^T into shared memory while G4 runs, packed again from dst (da is G4's operand: reading
       // it before G4 completes is undefined): key row kr, the block's rows as columns, 16-byte
       // chunk ch of row kr at kr * 64 + (ch ^ kr % 8) * 8 (conflict-free: the 8 rows of a warp's
       // stores hit 8 different chunks).
