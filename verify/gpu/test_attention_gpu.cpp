@@ -553,6 +553,27 @@ TEST(GpuAttention, HopperMatchesGeneric) {
   hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 900, 1500, 900, 300, true, 49);
 }
 
+// The fast mode's base-stream runs (launch_hopper_forward): a CTA walks consecutive row blocks and
+// keeps the K/V tiles the next block shares in its ring. Windows around the tile size (the kept
+// tail is 1-3 tiles at w <= 129 and too long to keep from w = 130 on, where every block loads all
+// its tiles), GQA groups whose 192-row blocks hold 192, 48, 27.4 and 24 tokens, a cache prefix
+// that shifts the blocks against the tiles, bitwise against the generic kernel. The calls are
+// small, so their runs are single blocks unless ORTHROS_FWD_BASE_RUN forces longer ones (the
+// ctest run with the suffix .runs); the last call, the qwen3-8b shape at 8K, gets 2-block runs
+// on an H100/H200 without it.
+TEST(GpuAttention, HopperBaseRunsMatchGeneric) {
+  ORTHROS_REQUIRE_GPU();
+  if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";
+  std::uint64_t seed = 60;
+  for (const std::int64_t w : {1, 64, 65, 127, 128, 129, 130, 200}) {
+    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 4, 64}, 1100, 0, 1, w, false, seed++);      // group 1
+    hopper_vs_generic<Eigen::half>(AttentionDims{8, 2, 128}, 900, 77, 900, w, false, seed++);       // group 4, PT
+    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{14, 2, 64}, 700, 300, 1, w, false, seed++);    // group 7
+    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{16, 2, 128}, 640, 13, 160, w, false, seed++);  // group 8, SFT
+  }
+  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{32, 8, 128}, 8192, 0, 1, 128, false, seed++);  // prefill 8K
+}
+
 // ---- argument validation (host only: runs with or without a GPU) -------------------------------
 TEST(GpuAttentionArgs, BadArgumentsThrowBeforeLaunch) {
   cuda::AttentionConfig c;

@@ -52,11 +52,14 @@ inline bool tma_query_maps_fit(int group, const HopperGeometry& geo) {
   return 64 % group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
 }
 
-/// Launches the warp-specialized wgmma kernel over the work items (x, KV head, sequence) of one
+/// Launches the warp-specialized wgmma kernel over the row blocks (x, KV head, sequence) of one
 /// launch, x < gx (make_work_at's enumeration; BM = hopper_block_rows(nwg), BN = 64), as a
-/// persistent grid. dtype bf16/f16, D 64/128, nwg 3 (fast) / 2 (deterministic); throws orthros::Error otherwise,
-/// CudaError when a TMA descriptor cannot be encoded or the launch fails.
+/// persistent grid. A work item is one output-stream block or a run of `base_run` consecutive
+/// base-stream blocks of one (KV head, sequence), whose shared K/V tiles are loaded once
+/// (kept_tail_from). dtype bf16/f16, D 64/128, nwg 3, base_run >= 1 (1 when deterministic);
+/// throws orthros::Error otherwise, CudaError when a TMA descriptor cannot be encoded or the
+/// launch fails.
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, cudaStream_t stream);
+                           const HopperGeometry& geo, long long gx, int base_run, cudaStream_t stream);
 
 }  // namespace orthros::cuda::detail
