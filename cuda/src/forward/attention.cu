@@ -111,7 +111,22 @@ struct Plan {
   bool split_chunked;
   int chunk_tiles;
   int base_run;  // Hopper kernel: base-stream blocks per work item (hopper_base_run)
+  int band;      // Hopper kernel: item order (hopper_item_band)
 };
+
+/// The order in which the Hopper kernel deals its work items to the CTAs (launch_hopper_forward's
+/// `band`). ORTHROS_FWD_BAND=n (>= 0) forces n. \throws orthros::Error on another value.
+int hopper_item_band() {
+  static const int forced = [] {
+    const char* e = std::getenv("ORTHROS_FWD_BAND");
+    if (!e || !*e) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    require(*end == '\0' && v >= 0 && v < (1L << 30), "ORTHROS_FWD_BAND must be an integer >= 0, got '", e, "'");
+    return static_cast<int>(v);
+  }();
+  return forced;
+}
 
 /// Base-stream row blocks per work item of the Hopper kernel (launch_hopper_forward): 1 in the
 /// deterministic mode (its 2-stage ring keeps no tail at w = 128), otherwise as many as keep
@@ -168,6 +183,7 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
   }
   p.chunk_tiles = kDeterministicChunk / p.bn;
   p.base_run = p.hopper ? hopper_base_run(c, b, p.bm, device_sm_count()) : 1;
+  p.band = hopper_item_band();
   std::int64_t out_ctas = 0;
   for (int i = 0; i < b.batch(); ++i)
     out_ctas += (std::int64_t(b.out_lens[i]) * group + p.bm - 1) / p.bm * c.num_kv_heads;
@@ -317,7 +333,7 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
     if (pl.hopper)
       launch_hopper_forward(c.dtype, D, pl.nw, c.deterministic, kp,
                             HopperGeometry{b.batch() * buf.capacity, b.total_q(), b.total_out()}, gx, pl.base_run,
-                            stream);
+                            pl.band, stream);
     else
       launch_main<T>(pl, c.deterministic, D, kp, dim3(static_cast<unsigned>(gx), c.num_kv_heads, ns), stream);
   }

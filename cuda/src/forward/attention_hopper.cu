@@ -80,24 +80,30 @@ struct HopperParams {
   CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
   CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
   int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
-  FastDiv gx_div, hkv_div;    // item -> (x, KV head, sequence) when the launch has < 2^31 items
+  int band, nbands;            // item order (split_item): bands of `band` item indices x, nbands per sequence
+  FastDiv band_div, hkv_div, nbands_div;  // item -> (x, KV head, sequence) when the launch has < 2^31 items
   int out_work;               // block indices x < out_work: output-stream blocks (x splits), one per item
   int base_run;               // base-stream blocks per item (a run of consecutive row blocks), >= 1
   int gx_blocks;              // block indices of a (KV head, sequence): out_work + base blocks
 };
 
-/// (x, KV head, sequence) of a work item: x fastest (make_work_at's enumeration).
-__device__ __forceinline__ void split_item(const HopperParams& hp, long long item, long long nitems, int gx, int& x,
-                                           int& kvh, int& z) {
+/// (x, KV head, sequence) of a work item. The item indices of a sequence run over bands of `band`
+/// consecutive x (the last band padded): band-major, then KV head, then x within the band, so
+/// `band` = gx is x fastest per KV head and `band` = 1 is KV head fastest.
+__device__ __forceinline__ void split_item(const HopperParams& hp, long long item, long long nitems, int& x, int& kvh,
+                                           int& z) {
+  const int band = hp.band;
   if (nitems < (1LL << 31)) {
-    const int it = static_cast<int>(item), q = hp.gx_div.div(it);
-    x = it - q * gx;
-    z = hp.hkv_div.div(q);
-    kvh = q - z * hp.p.Hkv;
+    const int it = static_cast<int>(item), q1 = hp.band_div.div(it), q2 = hp.hkv_div.div(q1);
+    const int zq = hp.nbands_div.div(q2);
+    x = (q2 - zq * hp.nbands) * band + (it - q1 * band);
+    kvh = q1 - q2 * hp.p.Hkv;
+    z = zq;
   } else {
-    x = static_cast<int>(item % gx);
-    kvh = static_cast<int>((item / gx) % hp.p.Hkv);
-    z = static_cast<int>(item / gx / hp.p.Hkv);
+    const long long q1 = item / band, q2 = q1 / hp.p.Hkv;
+    x = static_cast<int>((q2 % hp.nbands) * band + item % band);
+    kvh = static_cast<int>(q1 % hp.p.Hkv);
+    z = static_cast<int>(q2 / hp.nbands);
   }
 }
 
@@ -118,18 +124,18 @@ struct ItemScheduler {
   }
   /// (xi, KV head, sequence) of `item`: its work is blocks(xi) of sequence z.
   __device__ __forceinline__ void split(long long item, int& xi, int& kvh, int& z) const {
-    split_item(hp, item, nitems, gx, xi, kvh, z);
+    split_item(hp, item, nitems, xi, kvh, z);
   }
   /// The block indices x0 .. x0 + nx - 1 (make_work_at) of item index xi: one output-stream block,
   /// or a run of up to base_run consecutive base-stream blocks.
   __device__ __forceinline__ void blocks(int xi, int& x0, int& nx) const {
     if (xi < hp.out_work || hp.base_run == 1) {
       x0 = xi;
-      nx = 1;
+      nx = xi < gx ? 1 : 0;  // the last band's padding: no block
       return;
     }
     x0 = hp.out_work + (xi - hp.out_work) * hp.base_run;
-    nx = min(hp.base_run, hp.gx_blocks - x0);
+    nx = max(0, min(hp.base_run, hp.gx_blocks - x0));
   }
 };
 
@@ -493,13 +499,16 @@ bool encode_kv_cache_maps(CUtensorMap* k_map, CUtensorMap* v_map, DType dt, cons
 namespace {
 
 HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo, long long gx,
-                         int base_run, long long gx_items) {
+                         int base_run, int band, int nbands) {
   HopperParams hp{};
   hp.p = kp;
   hp.out_work = kp.max_out_blocks * kp.nsplit;
   hp.base_run = base_run;
   hp.gx_blocks = static_cast<int>(gx);
-  hp.gx_div = FastDiv::of(static_cast<int>(gx_items));
+  hp.band = band;
+  hp.nbands = nbands;
+  hp.band_div = FastDiv::of(band);
+  hp.nbands_div = FastDiv::of(nbands);
   hp.hkv_div = FastDiv::of(kp.Hkv);
   const int BM = hopper_block_rows(nwg);
   // K/V: every cache row of the batch, [rows][H_kv * D]; int32 TMA coordinates.
@@ -514,7 +523,7 @@ HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const
 }
 
 template <typename T, int D, int NWG, bool DET>
-void launch_variant(const HopperParams& hp, long long gx, cudaStream_t stream) {
+void launch_variant(const HopperParams& hp, long long gx, long long nitems, cudaStream_t stream) {
   using C = HopperTiles<T, D, NWG, DET>;
   auto kernel = hopper_attn_kernel<T, D, NWG, DET>;
   static PerDeviceSetting setup;  // per instantiation: the shared-memory opt-in and occupancy of each device
@@ -525,7 +534,6 @@ void launch_variant(const HopperParams& hp, long long gx, cudaStream_t stream) {
     require(n >= 1, "internal: the Hopper kernel does not fit on this GPU (", C::kSmemBytes, " bytes of shared memory)");
     return n;
   });
-  const long long nitems = gx * hp.p.Hkv * hp.p.nseq;
   if (nitems == 0) return;
   const long long grid = std::min<long long>(nitems, (long long)device_sm_count() * blocks_per_sm);
   kernel<<<static_cast<unsigned>(grid), C::kThreads, C::kSmemBytes, stream>>>(hp, static_cast<int>(gx), nitems);
@@ -533,29 +541,33 @@ void launch_variant(const HopperParams& hp, long long gx, cudaStream_t stream) {
 }
 
 template <typename T, int D>
-void launch_d(int nwg, bool det, const HopperParams& hp, long long gx, cudaStream_t stream) {
+void launch_d(int nwg, bool det, const HopperParams& hp, long long gx, long long nitems, cudaStream_t stream) {
   // Instantiated: 3 consumer warpgroups (192 rows) in both modes.
   if (det) {
     require(nwg == 3, "internal: the deterministic Hopper kernel has 3 warpgroups (got ", nwg, ")");
-    return launch_variant<T, D, 3, true>(hp, gx, stream);
+    return launch_variant<T, D, 3, true>(hp, gx, nitems, stream);
   }
   require(nwg == 3, "internal: the fast Hopper kernel has 3 warpgroups (got ", nwg, ")");
-  return launch_variant<T, D, 3, false>(hp, gx, stream);
+  return launch_variant<T, D, 3, false>(hp, gx, nitems, stream);
 }
 
 }  // namespace
 
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, int base_run, cudaStream_t stream) {
+                           const HopperGeometry& geo, long long gx, int base_run, int band, cudaStream_t stream) {
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
   require(base_run >= 1 && (!deterministic || base_run == 1), "internal: base_run ", base_run,
           " (>= 1; 1 in the deterministic mode)");
+  require(band >= 0, "internal: band ", band, " (>= 0)");
   const long long out_work = static_cast<long long>(kp.max_out_blocks) * kp.nsplit;
   const long long gx_items = out_work + (gx - out_work + base_run - 1) / base_run;
+  const int b = band == 0 ? static_cast<int>(gx_items) : static_cast<int>(std::min<long long>(band, gx_items));
+  const int nbands = static_cast<int>((gx_items + b - 1) / b);
+  const long long nitems = static_cast<long long>(nbands) * b * kp.Hkv * kp.nseq;
   dispatch_hopper_types(dtype, D, "Hopper kernel", [&](auto t, auto d) {
     constexpr int Dc = decltype(d)::value;
-    const HopperParams hp = make_params(dtype, Dc, nwg, kp, geo, gx, base_run, gx_items);
-    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx_items, stream);
+    const HopperParams hp = make_params(dtype, Dc, nwg, kp, geo, gx, base_run, b, nbands);
+    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx_items, nitems, stream);
   });
 }
 
