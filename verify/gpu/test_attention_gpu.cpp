@@ -553,15 +553,13 @@ TEST(GpuAttention, HopperMatchesGeneric) {
   hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 900, 1500, 900, 300, true, 49);
 }
 
-// The fast mode's base-stream runs (launch_hopper_forward): a CTA walks consecutive row blocks and
-// keeps the K/V tiles the next block shares in its ring. Windows around the tile size (the kept
-// tail is 1-3 tiles at w <= 129 and too long to keep from w = 130 on, where every block loads all
-// its tiles), GQA groups whose 192-row blocks hold 192, 48, 27.4 and 24 tokens, a cache prefix
-// that shifts the blocks against the tiles, bitwise against the generic kernel. The calls are
-// small, so their runs are single blocks unless ORTHROS_FWD_BASE_RUN forces longer ones (the
-// ctest run with the suffix .runs); the last call, the qwen3-8b shape at 8K, gets 2-block runs
-// on an H100/H200 without it.
-TEST(GpuAttention, HopperBaseRunsMatchGeneric) {
+// The Hopper kernel against the generic kernel, bitwise, around the 64-key tile: windows 1, 64,
+// 65, 127-130, 200; GQA groups whose 192-row blocks hold 192, 48, 27.4 and 24 tokens; cache
+// prefixes that shift the blocks against the tiles; prefill, PT and SFT. The launches of more than
+// a quarter-grid of block indices (PT T = 900 here, prefill 8K) deal their items in several bands
+// (launch_hopper_forward), the last one padded; the ctest run with the suffix .band7 forces bands
+// of 7 on every launch.
+TEST(GpuAttention, HopperWindowsAndGroupsMatchGeneric) {
   ORTHROS_REQUIRE_GPU();
   if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";
   std::uint64_t seed = 60;

@@ -50,14 +50,13 @@ struct HopperStages {
   static constexpr int STAGES = DET ? 2 : 4;
   static constexpr int QBUF = DET ? 1 : 2;
 };
-/// Fast mode: a work item of the base stream is a run of up to kHopperBaseRunMax consecutive row
-/// blocks of one (KV head, sequence), walked by one CTA, which keeps the K/V tiles that the next
-/// block shares in the ring instead of loading them again. At w = 128 a 192-row block (48 tokens)
-/// touches 3-4 tiles and shares 2-3 with the next, so a run of L blocks loads about
-/// (48 L + 127) / 64 + 1 tiles instead of 3.7 L: 8 blocks load ~8 tiles instead of ~30. Runs are
-/// the scheduler's grain for the base stream, so a launch keeps at least kHopperBaseRunsPerSm runs
-/// per SM (small calls get shorter runs, down to single blocks).
-constexpr int kHopperBaseRunMax = 8, kHopperBaseRunsPerSm = 4;
+/// Order of the persistent kernel's work items (forward/attention_hopper.cu, split_item): bands of
+/// ceil(grid / kHopperBandsPerRound) block indices, band-major, then KV head. A round of the snake
+/// then holds 4 bands: blocks of similar cost (so the snake evens the loads; x fastest per KV head
+/// left PT 8K 14 % above the even load in a simulation of the schedule and 11 % slower on an
+/// H100), from at most 4-5 KV heads (so the CTAs of a head still share its K/V tiles in L2; KV head
+/// fastest measured 3 % slower at PT 32K). bench/results/2026-12-06-fwd-order.md.
+constexpr int kHopperBandsPerRound = 4;
 /// Register split of the warp-specialized kernel (setmaxnreg): the producer warpgroup (one warp of
 /// it loads) keeps 24 registers per thread and gives the rest to the consumers' accumulators:
 /// 24 + NWG * 160 per thread slot fits the 64K-register file at NWG = 3.

@@ -110,45 +110,23 @@ struct Plan {
   int nsplit;   // output-stream splits
   bool split_chunked;
   int chunk_tiles;
-  int base_run;  // Hopper kernel: base-stream blocks per work item (hopper_base_run)
-  int band;      // Hopper kernel: item order (hopper_item_band)
+  int band;  // Hopper kernel: the work items' band width, 0 = its default (hopper_item_band)
 };
 
-/// The order in which the Hopper kernel deals its work items to the CTAs (launch_hopper_forward's
-/// `band`). ORTHROS_FWD_BAND=n (>= 0) forces n. \throws orthros::Error on another value.
+/// The Hopper kernel's item order (launch_hopper_forward's `band`): 0, the kernel's default, unless
+/// ORTHROS_FWD_BAND=n (>= 0) forces n (tests and measurements; 1 = KV head fastest).
+/// \throws orthros::Error on another value of ORTHROS_FWD_BAND.
 int hopper_item_band() {
   static const int forced = [] {
     const char* e = std::getenv("ORTHROS_FWD_BAND");
     if (!e || !*e) return 0;
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    require(*end == '\0' && v >= 0 && v < (1L << 30), "ORTHROS_FWD_BAND must be an integer >= 0, got '", e, "'");
+    require(*end == '\0' && v >= 0 && v < (1L << 30), "ORTHROS_FWD_BAND must be an integer in [0, 2^30), got '", e,
+            "'");
     return static_cast<int>(v);
   }();
   return forced;
-}
-
-/// Base-stream row blocks per work item of the Hopper kernel (launch_hopper_forward): 1 in the
-/// deterministic mode (its 2-stage ring keeps no tail at w = 128), otherwise as many as keep
-/// kHopperBaseRunsPerSm runs per SM, at most kHopperBaseRunMax (tile_config.cuh).
-/// ORTHROS_FWD_BASE_RUN=n (1..64) forces n in the fast mode: the tests' calls are too small to
-/// reach runs otherwise. \throws orthros::Error on another value of ORTHROS_FWD_BASE_RUN.
-int hopper_base_run(const AttentionConfig& c, const BatchLayout& b, int bm, int sms) {
-  if (c.deterministic) return 1;
-  static const int forced = [] {
-    const char* e = std::getenv("ORTHROS_FWD_BASE_RUN");
-    if (!e || !*e) return 0;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    require(*end == '\0' && v >= 1 && v <= 64, "ORTHROS_FWD_BASE_RUN must be an integer in [1, 64], got '", e, "'");
-    return static_cast<int>(v);
-  }();
-  if (forced > 0) return forced;
-  const int group = c.num_q_heads / c.num_kv_heads;
-  std::int64_t base_blocks = 0;
-  for (int i = 0; i < b.batch(); ++i) base_blocks += (std::int64_t(b.q_lens[i]) * group + bm - 1) / bm * c.num_kv_heads;
-  const std::int64_t run = base_blocks / (std::int64_t(kHopperBaseRunsPerSm) * sms);
-  return static_cast<int>(std::clamp<std::int64_t>(run, 1, kHopperBaseRunMax));
 }
 
 Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
@@ -182,8 +160,7 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
     p.bn = kSimtBN;
   }
   p.chunk_tiles = kDeterministicChunk / p.bn;
-  p.base_run = p.hopper ? hopper_base_run(c, b, p.bm, device_sm_count()) : 1;
-  p.band = hopper_item_band();
+  p.band = p.hopper ? hopper_item_band() : 0;
   std::int64_t out_ctas = 0;
   for (int i = 0; i < b.batch(); ++i)
     out_ctas += (std::int64_t(b.out_lens[i]) * group + p.bm - 1) / p.bm * c.num_kv_heads;
@@ -332,8 +309,8 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
     require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
     if (pl.hopper)
       launch_hopper_forward(c.dtype, D, pl.nw, c.deterministic, kp,
-                            HopperGeometry{b.batch() * buf.capacity, b.total_q(), b.total_out()}, gx, pl.base_run,
-                            pl.band, stream);
+                            HopperGeometry{b.batch() * buf.capacity, b.total_q(), b.total_out()}, gx, pl.band,
+                            stream);
     else
       launch_main<T>(pl, c.deterministic, D, kp, dim3(static_cast<unsigned>(gx), c.num_kv_heads, ns), stream);
   }

@@ -1,10 +1,8 @@
 // Hopper forward kernel of the Orthros attention operator (sm_90a): warp-specialized, wgmma.
 //
 // One CTA = NWG consumer warpgroups (64 query rows each) + one producer warp, persistent over the
-// work items of the launch: one output-stream row block, or a run of consecutive base-stream row
-// blocks of one (KV head, sequence) (the same blocks, rows and tile ranges as the mma.sync kernel:
-// make_work_at, BM = 64 * NWG, BN = 64 keys). Along a run, the K/V tiles a block shares with the
-// next stay in the ring (kept_tail_from): the next block loads only its new tiles. Per block:
+// work items of the launch (the same items, rows and tile ranges as the mma.sync kernel:
+// make_work_at, BM = 64 * NWG, BN = 64 keys). Per item:
 //   producer warp: loads the item's Q rows (two buffers, guarded by q_full/q_empty) and its K/V
 //     tiles into a STAGES-deep ring (full/empty mbarriers), running ahead into the next item while
 //     the consumers finish the current one. TMA (one instruction per 64x64 box, 128-byte swizzle)
@@ -41,7 +39,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 namespace orthros::cuda::detail {
@@ -80,25 +77,21 @@ struct HopperParams {
   CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
   CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
   int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
-  int band, nbands;            // item order (split_item): bands of `band` item indices x, nbands per sequence
+  int band, nbands;            // item order (split_item): bands of `band` block indices, nbands per sequence
   FastDiv band_div, hkv_div, nbands_div;  // item -> (x, KV head, sequence) when the launch has < 2^31 items
-  int out_work;               // block indices x < out_work: output-stream blocks (x splits), one per item
-  int base_run;               // base-stream blocks per item (a run of consecutive row blocks), >= 1
-  int gx_blocks;              // block indices of a (KV head, sequence): out_work + base blocks
 };
 
-/// (x, KV head, sequence) of a work item. The item indices of a sequence run over bands of `band`
-/// consecutive x (the last band padded): band-major, then KV head, then x within the band, so
-/// `band` = gx is x fastest per KV head and `band` = 1 is KV head fastest.
+/// (x, KV head, sequence) of a work item. A sequence's items run over bands of `band` consecutive
+/// block indices x (the last band padded with items past gx, which have no work): band-major,
+/// then KV head, then x within the band. `band` = gx is x fastest per KV head, 1 KV head fastest.
 __device__ __forceinline__ void split_item(const HopperParams& hp, long long item, long long nitems, int& x, int& kvh,
                                            int& z) {
   const int band = hp.band;
   if (nitems < (1LL << 31)) {
     const int it = static_cast<int>(item), q1 = hp.band_div.div(it), q2 = hp.hkv_div.div(q1);
-    const int zq = hp.nbands_div.div(q2);
-    x = (q2 - zq * hp.nbands) * band + (it - q1 * band);
+    z = hp.nbands_div.div(q2);
+    x = (q2 - z * hp.nbands) * band + (it - q1 * band);
     kvh = q1 - q2 * hp.p.Hkv;
-    z = zq;
   } else {
     const long long q1 = item / band, q2 = q1 / hp.p.Hkv;
     x = static_cast<int>((q2 % hp.nbands) * band + item % band);
@@ -112,6 +105,11 @@ __device__ __forceinline__ void split_item(const HopperParams& hp, long long ite
 /// blockIdx.x on odd ones), so CTAs that drew long causal blocks in one round draw short ones in
 /// the next. The producer and every consumer warpgroup walk the same rounds through it, so they
 /// agree on the items (and the counts of the rings' barrier phases) without communicating.
+/// A round of gridDim.x items spans a few bands (split_item; kHopperBandsPerRound): neighbouring
+/// block indices of a few KV heads, of similar cost (the output stream's blocks run longest
+/// first), so the snake evens the CTAs' loads; one band per KV head (x fastest) would make the
+/// item costs a saw tooth of period gx, which the snake cannot even (PT 8K on an H100: 1.23 ms
+/// x fastest, 1.11 ms in bands).
 template <int BM, int BN>
 struct ItemScheduler {
   const HopperParams& hp;
@@ -122,45 +120,12 @@ struct ItemScheduler {
     const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     return round * gridDim.x + pos;
   }
-  /// (xi, KV head, sequence) of `item`: its work is blocks(xi) of sequence z.
-  __device__ __forceinline__ void split(long long item, int& xi, int& kvh, int& z) const {
-    split_item(hp, item, nitems, xi, kvh, z);
-  }
-  /// The block indices x0 .. x0 + nx - 1 (make_work_at) of item index xi: one output-stream block,
-  /// or a run of up to base_run consecutive base-stream blocks.
-  __device__ __forceinline__ void blocks(int xi, int& x0, int& nx) const {
-    if (xi < hp.out_work || hp.base_run == 1) {
-      x0 = xi;
-      nx = xi < gx ? 1 : 0;  // the last band's padding: no block
-      return;
-    }
-    x0 = hp.out_work + (xi - hp.out_work) * hp.base_run;
-    nx = max(0, min(hp.base_run, hp.gx_blocks - x0));
+  /// (x, KV head, sequence) of `item`: its work is make_work_at(x) of sequence z (none when x >= gx:
+  /// the last band's padding).
+  __device__ __forceinline__ void split(long long item, int& x, int& kvh, int& z) const {
+    split_item(hp, item, nitems, x, kvh, z);
   }
 };
-
-/// Tile reuse along a run (fast mode): the first tile of w's K/V tail that stays in the ring for
-/// the run's next block `next`, or INT_MAX when none stays. A tail stays when next starts inside
-/// w's tiles and reaches at least as far, and it is at most STAGES - 1 tiles: then every tile the
-/// ring must load while the tail is held finds its stage's previous occupant (STAGES positions
-/// earlier) released, because that tile lies below the kept tail (a kept tail of STAGES tiles
-/// would hold every stage while w still needs a new one: a deadlock). Consecutive base blocks of
-/// a w = 128 window keep 2-3 tiles; the 4-stage ring allows 3.
-template <int STAGES>
-__device__ __forceinline__ int kept_tail_from(const Work& w, const Work& next) {
-  const bool keep = next.valid && !w.is_out && !next.is_out && next.tb >= w.tb && next.tb <= w.te &&
-                    next.te >= w.te && w.te - next.tb + 1 <= STAGES - 1;
-  return keep ? next.tb : INT_MAX;
-}
-
-/// The block after x of a run of nx blocks from x0, or an invalid Work.
-template <int BM, int BN>
-__device__ __forceinline__ Work next_in_run(const KernelParams& p, const SeqDesc& sd, int x0, int nx, int k) {
-  if (k + 1 < nx) return make_work_at<BM, BN>(p, sd, x0 + k + 1);
-  Work none{};
-  none.valid = false;
-  return none;
-}
 
 template <typename T, int D, int NWG, bool DET>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
@@ -205,66 +170,60 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     for (long long round = 0;; ++round) {
       const long long item = sched.item_at(round);
       if (item >= nitems) break;
-      int xi, kvh, z, x0, nx;
-      sched.split(item, xi, kvh, z);
-      sched.blocks(xi, x0, nx);
+      int x, kvh, z;
+      sched.split(item, x, kvh, z);
+      if (x >= gx) continue;
       const SeqDesc& sd = p.seq[z];
-      int kept_hi = -1;  // the last tile kept in the ring from the run's previous block (-1: none)
-      for (int k = 0; k < nx; ++k) {
-        const Work w = make_work_at<BM, BN>(p, sd, x0 + k);
-        if (!w.valid) break;
-        const int keep_from = kept_tail_from<STAGES>(w, next_in_run<BM, BN>(p, sd, x0, nx, k));
-        const int new_from = max(w.tb, kept_hi + 1);  // the block's first tile to load
-        const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
-        const int qoff = w.is_out ? sd.out_off : sd.q_off;
-        const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
-        const int qb = qn % QBUF;
-        T* dq = sQ + qb * NWG * C::kTile;
+      const Work w = make_work_at<BM, BN>(p, sd, x);
+      if (!w.valid) continue;
+      const T* qsrc = static_cast<const T*>(w.is_out ? p.q_out : p.q);
+      const int qoff = w.is_out ? sd.out_off : sd.q_off;
+      const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+      const int qb = qn % QBUF;
+      T* dq = sQ + qb * NWG * C::kTile;
 
-        mbar_wait(&q_empty[qb], ((qn / QBUF) & 1) ^ 1);
-        if (hp.tma_q) {
-          if (lane == 0) {
-            mbar_arrive_expect_tx(&q_full[qb], BM * D * sizeof(T));
-            const void* map = w.is_out ? &hp.tm_qo : &hp.tm_q;
+      mbar_wait(&q_empty[qb], ((qn / QBUF) & 1) ^ 1);
+      if (hp.tma_q) {
+        if (lane == 0) {
+          mbar_arrive_expect_tx(&q_full[qb], BM * D * sizeof(T));
+          const void* map = w.is_out ? &hp.tm_qo : &hp.tm_q;
 #pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
-              tma_load_3d(dq + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + p.group_div.div(r0), &q_full[qb]);
-          } else {
-            mbar_arrive(&q_full[qb]);
-          }
+          for (int cb = 0; cb < D / 64; ++cb)
+            tma_load_3d(dq + cb * BM * 64, map, cb * 64, kvh * p.group, qoff + p.group_div.div(r0), &q_full[qb]);
         } else {
-          load_q_tile<BM, D>(p, GroupDiv{p.group}, qoff, kvh, r0, r1, lane, 32, Sw128<BM>{},
-                             [&](int dst, bool ok, const auto& off) { cp_async16(dq + dst, ok ? qsrc + off() : qsrc, ok); });
-          mbar_arrive_cp_async(&q_full[qb]);
+          mbar_arrive(&q_full[qb]);
         }
-        ++qn;
-        const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
-        const T* vg = static_cast<const T*>(p.v) + sd.kv_base + (size_t)kvh * D;
-        const int kv_row0 = static_cast<int>(sd.kv_base / (long long)kv_row);  // the sequence's first cache row
-        for (int tt = new_from; tt <= w.te; ++tt, ++ring) {
-          const int s = ring % STAGES;
-          mbar_wait(&empty[s], ((ring / STAGES) & 1) ^ 1);
-          T* dk = sK + s * C::kTile;
-          T* dv = sV + s * C::kTile;
-          if (hp.tma_kv && (long long)tt * BN + BN <= sd.cache_len) {
-            if (lane == 0) {
-              mbar_arrive_expect_tx(&full[s], 2 * BN * D * sizeof(T));
-              const int row = kv_row0 + tt * BN;
+      } else {
+        load_q_tile<BM, D>(p, GroupDiv{p.group}, qoff, kvh, r0, r1, lane, 32, Sw128<BM>{},
+                           [&](int dst, bool ok, const auto& off) { cp_async16(dq + dst, ok ? qsrc + off() : qsrc, ok); });
+        mbar_arrive_cp_async(&q_full[qb]);
+      }
+      ++qn;
+      const T* kg = static_cast<const T*>(p.k) + sd.kv_base + (size_t)kvh * D;
+      const T* vg = static_cast<const T*>(p.v) + sd.kv_base + (size_t)kvh * D;
+      const int kv_row0 = static_cast<int>(sd.kv_base / (long long)kv_row);  // the sequence's first cache row
+      for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
+        const int s = ring % STAGES;
+        mbar_wait(&empty[s], ((ring / STAGES) & 1) ^ 1);
+        T* dk = sK + s * C::kTile;
+        T* dv = sV + s * C::kTile;
+        if (hp.tma_kv && (long long)tt * BN + BN <= sd.cache_len) {
+          if (lane == 0) {
+            mbar_arrive_expect_tx(&full[s], 2 * BN * D * sizeof(T));
+            const int row = kv_row0 + tt * BN;
 #pragma unroll
-              for (int cb = 0; cb < D / 64; ++cb) {
-                tma_load_2d(dk + cb * BN * 64, &hp.tm_k, kvh * D + cb * 64, row, &full[s]);
-                tma_load_2d(dv + cb * BN * 64, &hp.tm_v, kvh * D + cb * 64, row, &full[s]);
-              }
-            } else {
-              mbar_arrive(&full[s]);
+            for (int cb = 0; cb < D / 64; ++cb) {
+              tma_load_2d(dk + cb * BN * 64, &hp.tm_k, kvh * D + cb * 64, row, &full[s]);
+              tma_load_2d(dv + cb * BN * 64, &hp.tm_v, kvh * D + cb * 64, row, &full[s]);
             }
           } else {
-            load_kv_tile<BN, D>(dk, dv, kg, vg, (long long)tt * BN, [&](long long n) { return n < sd.cache_len; },
-                                kv_row, lane, 32, Sw128<BN>{});
-            mbar_arrive_cp_async(&full[s]);
+            mbar_arrive(&full[s]);
           }
+        } else {
+          load_kv_tile<BN, D>(dk, dv, kg, vg, (long long)tt * BN, [&](long long n) { return n < sd.cache_len; }, kv_row,
+                              lane, 32, Sw128<BN>{});
+          mbar_arrive_cp_async(&full[s]);
         }
-        kept_hi = keep_from <= w.te ? w.te : -1;
       }
     }
     cp_async_wait<0>();
@@ -290,119 +249,109 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   for (long long round = 0;; ++round) {
     const long long item = sched.item_at(round);
     if (item >= nitems) break;
-    int xi, kvh, z, x0, nx;
-    sched.split(item, xi, kvh, z);
-    sched.blocks(xi, x0, nx);
+    int x, kvh, z;
+    sched.split(item, x, kvh, z);
+    if (x >= gx) continue;
     const SeqDesc& sd = p.seq[z];
-    int kept_hi = -1;  // the last tile kept in the ring from the run's previous block (-1: none)
-    for (int k = 0; k < nx; ++k) {
-      const Work w = make_work_at<BM, BN>(p, sd, x0 + k);
-      if (!w.valid) break;
-      const int keep_from = kept_tail_from<STAGES>(w, next_in_run<BM, BN>(p, sd, x0, nx, k));
-      const int new_from = max(w.tb, kept_hi + 1);  // tiles below it are the kept tail, already in the ring
-      const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
-      const int gr0 = r0 + wg * kHopperWarpgroupRows, gr1 = min(r1, gr0 + kHopperWarpgroupRows - 1);  // this warpgroup's rows
-      const bool gactive = gr0 <= r1;
-      const int gtb = gactive ? row_lo(p, w, gr0) / BN : 1, gte = gactive ? row_hi(p, w, gr1) / BN : 0;
-      const int wr0 = gr0 + wl * 16;  // this warp's rows
-      int lo[2], hi[2];
-      bool rv[2];
+    const Work w = make_work_at<BM, BN>(p, sd, x);
+    if (!w.valid) continue;
+    const int r0 = w.rb * BM, r1 = min(w.nrows, r0 + BM) - 1;
+    const int gr0 = r0 + wg * kHopperWarpgroupRows, gr1 = min(r1, gr0 + kHopperWarpgroupRows - 1);  // this warpgroup's rows
+    const bool gactive = gr0 <= r1;
+    const int gtb = gactive ? row_lo(p, w, gr0) / BN : 1, gte = gactive ? row_hi(p, w, gr1) / BN : 0;
+    const int wr0 = gr0 + wl * 16;  // this warp's rows
+    int lo[2], hi[2];
+    bool rv[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = wr0 + g + 8 * h;
-        rv[h] = r <= r1;
-        lo[h] = rv[h] ? row_lo(p, w, r) : 1;
-        hi[h] = rv[h] ? row_hi(p, w, r) : 0;
-      }
-      float oacc[DT][4], m[2], l[2], rm[2], rl[2];
-      // Deterministic mode: the running output of the chunks already merged (a row block whose keys
-      // span several 1024-key chunks) in shared memory; a block's first merge starts from the empty
-      // state (+0), the last one merges into oacc itself.
-      const SmemAcc racc{sRun + tid, NWG * 128};
-      bool merged = false;  // racc holds a merged chunk
+    for (int h = 0; h < 2; ++h) {
+      const int r = wr0 + g + 8 * h;
+      rv[h] = r <= r1;
+      lo[h] = rv[h] ? row_lo(p, w, r) : 1;
+      hi[h] = rv[h] ? row_hi(p, w, r) : 0;
+    }
+    float oacc[DT][4], m[2], l[2], rm[2], rl[2];
+    // Deterministic mode: the running output of the chunks already merged (a row block whose keys
+    // span several 1024-key chunks) in shared memory; a block's first merge starts from the empty
+    // state (+0), the last one merges into oacc itself.
+    const SmemAcc racc{sRun + tid, NWG * 128};
+    bool merged = false;  // racc holds a merged chunk
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m[h] = kNegInf;
-        l[h] = 0.f;
-        rm[h] = kNegInf;
-        rl[h] = 0.f;
-      }
+    for (int h = 0; h < 2; ++h) {
+      m[h] = kNegInf;
+      l[h] = 0.f;
+      rm[h] = kNegInf;
+      rl[h] = 0.f;
+    }
 #pragma unroll
-      for (int j = 0; j < DT; ++j)
+    for (int j = 0; j < DT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
-      int cur_chunk = -1;
+      for (int e = 0; e < 4; ++e) oacc[j][e] = 0.f;
+    int cur_chunk = -1;
 
-      const int qb = qn % QBUF;
-      const T* sQg = sQ + qb * NWG * C::kTile + wg * 64 * 64;  // this warpgroup's rows in each column block
-      const uint64_t dq = desc_sw128(sQg, 16, 1024);
-      mbar_wait(&q_full[qb], (qn / QBUF) & 1);
-      if (!hp.tma_q) fence_proxy_async();  // Q came through cp.async (generic proxy)
-      for (int tt = w.tb; tt <= w.te; ++tt) {
-        const uint32_t pos = ring + static_cast<uint32_t>(tt - new_from);  // the tile's ring position
-        const int s = pos % STAGES;
-        mbar_wait(&full[s], (pos / STAGES) & 1);
-        if (kRing) named_bar_sync(kTurnBar + wg, 256);
-        if (kRing && !(gactive && tt >= gtb && tt <= gte)) named_bar_arrive(turn_next, 256);
-        if (gactive && tt >= gtb && tt <= gte) {
-          // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
-          if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
-          if constexpr (DET) {
-            if (!w.split) {
-              const int chunk = tt / kChunkTiles;
-              if (chunk != cur_chunk) {
-                if (cur_chunk >= 0) {
-                  flush_chunk_tile(m, l, oacc, rm, rl, EmptyUntil<SmemAcc>{racc, merged}, racc);
-                  merged = true;
-                }
-                cur_chunk = chunk;
-              }
-            }
-          }
-          const uint64_t dk = desc_sw128(sK + s * C::kTile, 16, 1024);
-          const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
-          float sacc[NT][4];
-          wgmma_fence();
-          wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, dk);
-          wgmma_commit();
-          if (kRing) named_bar_arrive(turn_next, 256);
-          wgmma_wait<0>();
-          fence_regs(sacc);
-          bool fullt = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
-          fullt = __all_sync(0xffffffffu, fullt);
-          online_softmax_tile(sacc, m, l, oacc, lo, hi, tt * BN + 2 * c, fullt, p.scale_log2);
-          uint32_t pa[BN / 16][4];
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk)
-            wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_regs(oacc);
-        }
-        if (tt < keep_from) mbar_arrive(&empty[s]);  // a kept tile is released by the run's next block
-      }
-      if (w.te >= new_from) ring += w.te - new_from + 1;
-      kept_hi = keep_from <= w.te ? w.te : -1;
-      mbar_arrive(&q_empty[qb]);
-      ++qn;
-      if (gactive) {
-        bool stored = false;
+    const int qb = qn % QBUF;
+    const T* sQg = sQ + qb * NWG * C::kTile + wg * 64 * 64;  // this warpgroup's rows in each column block
+    const uint64_t dq = desc_sw128(sQg, 16, 1024);
+    mbar_wait(&q_full[qb], (qn / QBUF) & 1);
+    if (!hp.tma_q) fence_proxy_async();  // Q came through cp.async (generic proxy)
+    for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
+      const int s = ring % STAGES;
+      mbar_wait(&full[s], (ring / STAGES) & 1);
+      if (kRing) named_bar_sync(kTurnBar + wg, 256);
+      if (kRing && !(gactive && tt >= gtb && tt <= gte)) named_bar_arrive(turn_next, 256);
+      if (gactive && tt >= gtb && tt <= gte) {
+        // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
+        if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
         if constexpr (DET) {
           if (!w.split) {
-            if (merged)
-              merge_chunk_state(m, l, oacc, rm, rl, racc, RegAcc<DT>{oacc});
-            else
-              merge_first_chunk(m, l, oacc, rm, rl);
-            store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, rm, rl, oacc, true);
-            stored = true;
+            const int chunk = tt / kChunkTiles;
+            if (chunk != cur_chunk) {
+              if (cur_chunk >= 0) {
+                flush_chunk_tile(m, l, oacc, rm, rl, EmptyUntil<SmemAcc>{racc, merged}, racc);
+                merged = true;
+              }
+              cur_chunk = chunk;
+            }
           }
         }
-        if (!stored) store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
+        const uint64_t dk = desc_sw128(sK + s * C::kTile, 16, 1024);
+        const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
+        float sacc[NT][4];
+        wgmma_fence();
+        wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, dk);
+        wgmma_commit();
+        if (kRing) named_bar_arrive(turn_next, 256);
+        wgmma_wait<0>();
+        fence_regs(sacc);
+        bool fullt = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
+        fullt = __all_sync(0xffffffffu, fullt);
+        online_softmax_tile(sacc, m, l, oacc, lo, hi, tt * BN + 2 * c, fullt, p.scale_log2);
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+          wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(oacc);
+      }
+      mbar_arrive(&empty[s]);
+    }
+    mbar_arrive(&q_empty[qb]);
+    ++qn;
+    if (!gactive) continue;
+    if constexpr (DET) {
+      if (!w.split) {
+        if (merged)
+          merge_chunk_state(m, l, oacc, rm, rl, racc, RegAcc<DT>{oacc});
+        else
+          merge_first_chunk(m, l, oacc, rm, rl);
+        store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, rm, rl, oacc, true);
+        continue;
       }
     }
+    store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
   }
   if (kRing && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
 }
@@ -498,17 +447,9 @@ bool encode_kv_cache_maps(CUtensorMap* k_map, CUtensorMap* v_map, DType dt, cons
 
 namespace {
 
-HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo, long long gx,
-                         int base_run, int band, int nbands) {
+HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const HopperGeometry& geo) {
   HopperParams hp{};
   hp.p = kp;
-  hp.out_work = kp.max_out_blocks * kp.nsplit;
-  hp.base_run = base_run;
-  hp.gx_blocks = static_cast<int>(gx);
-  hp.band = band;
-  hp.nbands = nbands;
-  hp.band_div = FastDiv::of(band);
-  hp.nbands_div = FastDiv::of(nbands);
   hp.hkv_div = FastDiv::of(kp.Hkv);
   const int BM = hopper_block_rows(nwg);
   // K/V: every cache row of the batch, [rows][H_kv * D]; int32 TMA coordinates.
@@ -523,7 +464,7 @@ HopperParams make_params(DType dt, int D, int nwg, const KernelParams& kp, const
 }
 
 template <typename T, int D, int NWG, bool DET>
-void launch_variant(const HopperParams& hp, long long gx, long long nitems, cudaStream_t stream) {
+void launch_variant(HopperParams& hp, long long gx, int band, cudaStream_t stream) {
   using C = HopperTiles<T, D, NWG, DET>;
   auto kernel = hopper_attn_kernel<T, D, NWG, DET>;
   static PerDeviceSetting setup;  // per instantiation: the shared-memory opt-in and occupancy of each device
@@ -534,40 +475,43 @@ void launch_variant(const HopperParams& hp, long long gx, long long nitems, cuda
     require(n >= 1, "internal: the Hopper kernel does not fit on this GPU (", C::kSmemBytes, " bytes of shared memory)");
     return n;
   });
-  if (nitems == 0) return;
-  const long long grid = std::min<long long>(nitems, (long long)device_sm_count() * blocks_per_sm);
+  if (gx * hp.p.Hkv * hp.p.nseq == 0) return;
+  const long long grid =
+      std::min<long long>(gx * hp.p.Hkv * hp.p.nseq, (long long)device_sm_count() * blocks_per_sm);
+  // The item order (split_item): bands of `band` block indices, by default kHopperBandsPerRound
+  // bands per round of the snake (tile_config.cuh).
+  const long long b = band > 0 ? std::min<long long>(band, gx)
+                               : std::min<long long>(gx, (grid + kHopperBandsPerRound - 1) / kHopperBandsPerRound);
+  hp.band = static_cast<int>(b);
+  hp.nbands = static_cast<int>((gx + b - 1) / b);
+  hp.band_div = FastDiv::of(hp.band);
+  hp.nbands_div = FastDiv::of(hp.nbands);
+  const long long nitems = static_cast<long long>(hp.nbands) * b * hp.p.Hkv * hp.p.nseq;
   kernel<<<static_cast<unsigned>(grid), C::kThreads, C::kSmemBytes, stream>>>(hp, static_cast<int>(gx), nitems);
   ORTHROS_CUDA_LAUNCH_CHECK("hopper_attn_kernel");
 }
 
 template <typename T, int D>
-void launch_d(int nwg, bool det, const HopperParams& hp, long long gx, long long nitems, cudaStream_t stream) {
+void launch_d(int nwg, bool det, HopperParams& hp, long long gx, int band, cudaStream_t stream) {
   // Instantiated: 3 consumer warpgroups (192 rows) in both modes.
   if (det) {
     require(nwg == 3, "internal: the deterministic Hopper kernel has 3 warpgroups (got ", nwg, ")");
-    return launch_variant<T, D, 3, true>(hp, gx, nitems, stream);
+    return launch_variant<T, D, 3, true>(hp, gx, band, stream);
   }
   require(nwg == 3, "internal: the fast Hopper kernel has 3 warpgroups (got ", nwg, ")");
-  return launch_variant<T, D, 3, false>(hp, gx, nitems, stream);
+  return launch_variant<T, D, 3, false>(hp, gx, band, stream);
 }
 
 }  // namespace
 
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, int base_run, int band, cudaStream_t stream) {
+                           const HopperGeometry& geo, long long gx, int band, cudaStream_t stream) {
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
-  require(base_run >= 1 && (!deterministic || base_run == 1), "internal: base_run ", base_run,
-          " (>= 1; 1 in the deterministic mode)");
   require(band >= 0, "internal: band ", band, " (>= 0)");
-  const long long out_work = static_cast<long long>(kp.max_out_blocks) * kp.nsplit;
-  const long long gx_items = out_work + (gx - out_work + base_run - 1) / base_run;
-  const int b = band == 0 ? static_cast<int>(gx_items) : static_cast<int>(std::min<long long>(band, gx_items));
-  const int nbands = static_cast<int>((gx_items + b - 1) / b);
-  const long long nitems = static_cast<long long>(nbands) * b * kp.Hkv * kp.nseq;
   dispatch_hopper_types(dtype, D, "Hopper kernel", [&](auto t, auto d) {
     constexpr int Dc = decltype(d)::value;
-    const HopperParams hp = make_params(dtype, Dc, nwg, kp, geo, gx, base_run, b, nbands);
-    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx_items, nitems, stream);
+    HopperParams hp = make_params(dtype, Dc, nwg, kp, geo);
+    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx, band, stream);
   });
 }
 

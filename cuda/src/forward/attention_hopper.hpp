@@ -52,16 +52,13 @@ inline bool tma_query_maps_fit(int group, const HopperGeometry& geo) {
   return 64 % group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
 }
 
-/// Launches the warp-specialized wgmma kernel over the row blocks (x, KV head, sequence) of one
+/// Launches the warp-specialized wgmma kernel over the work items (x, KV head, sequence) of one
 /// launch, x < gx (make_work_at's enumeration; BM = hopper_block_rows(nwg), BN = 64), as a
-/// persistent grid. A work item is one output-stream block or a run of `base_run` consecutive
-/// base-stream blocks of one (KV head, sequence), whose shared K/V tiles are loaded once
-/// (kept_tail_from). Items are ordered in bands of `band` consecutive item indices of a sequence,
-/// band-major, then KV head (0: one band, x fastest per KV head; 1: KV head fastest), and dealt
-/// to the CTAs in snake order. dtype bf16/f16, D 64/128, nwg 3, base_run >= 1 (1 when
-/// deterministic), band >= 0; throws orthros::Error otherwise, CudaError when a TMA descriptor
+/// persistent grid. The items are dealt in bands of `band` block indices x, band-major, then KV
+/// head (0: the default width, kHopperBandsPerRound bands per round of the grid). dtype bf16/f16,
+/// D 64/128, nwg 3, band >= 0; throws orthros::Error otherwise, CudaError when a TMA descriptor
 /// cannot be encoded or the launch fails.
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, int base_run, int band, cudaStream_t stream);
+                           const HopperGeometry& geo, long long gx, int band, cudaStream_t stream);
 
 }  // namespace orthros::cuda::detail

@@ -4,7 +4,7 @@
 # paths, sanitizers on forced runs, then the forward benchmark's prefill and PT rows for run
 # lengths 1 / automatic / 16 and the peers. From the repository root, after
 # ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh:
-#   bash bench/results/2026-12-06-fwd-runs/run.sh
+#   bash bench/results/2026-12-06-fwd-order/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source ci/gpu_env.sh

@@ -3,7 +3,7 @@
 # per KV head, the previous order; 1 = KV head fastest; n = bands of n block indices) against the
 # base-stream run length (ORTHROS_FWD_BASE_RUN), fast mode, same binary. Tests first on two
 # orders. From the repository root, after ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh:
-#   bash bench/results/2026-12-06-fwd-runs/run2.sh
+#   bash bench/results/2026-12-06-fwd-order/run2.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source ci/gpu_env.sh
