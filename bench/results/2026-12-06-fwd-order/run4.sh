@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fourth device call (2026-12-06): the Hopper forward with the L2-aware default order (bands only
 # where several KV heads' K/V fit half the L2), tests and sanitizers, then A/B against x fastest
-# (ORTHROS_FWD_BAND=1000000) and 4 bands per round at T = 8K (band 43: gx = 342, grid 132 -> 33;
-# here 1 = KV head fastest), twice, interleaved; then the whole forward benchmark and the peers. From the repository root, after
+# (ORTHROS_FWD_BAND=1000000) and bands of 33 (4 per round on 132 SMs) at every size, twice,
+# interleaved; then the whole forward benchmark and the peers. From the repository root, after
 # ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh:
 #   bash bench/results/2026-12-06-fwd-order/run4.sh
 set -uo pipefail
