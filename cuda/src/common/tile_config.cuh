@@ -51,15 +51,13 @@ struct HopperStages {
   static constexpr int QBUF = DET ? 1 : 2;
 };
 /// Order of the persistent kernel's work items (forward/attention_hopper.cu, split_item, launch_variant):
-/// bands of block indices, band-major, then KV head, dealt to the CTAs in snake rounds. A round holds
-/// as many bands as KV heads whose K and V fit half the L2 together, at most kHopperBandsPerRound:
-/// - x fastest per KV head makes the item costs a saw tooth of period gx (the output stream's blocks
-///   run longest first) that the snake cannot even when gx is a few grids long: PT 8K (gx = 2.6
-///   grids) measured 1.25 ms this way and 1.12 ms in 4 bands per round on an H100;
-/// - bands spread a round over several KV heads, whose K/V then compete for L2: PT 32K (16.8 MB of
-///   K/V per head) measured 16.7 ms x fastest and 17.1 ms in 4 bands, so where one head's K/V
-///   fills half the L2 the order stays x fastest.
-/// Measurements: bench/results/2026-12-06-fwd-order.md.
+/// bands of ceil(grid / kHopperBandsPerRound) block indices, band-major, then KV head, dealt to the
+/// CTAs in snake rounds of 4 bands each. x fastest per KV head (one band per head) makes the item
+/// costs a saw tooth of period gx (the output stream's blocks run longest first) that the snake
+/// cannot even when gx is a few grids long: PT 8K (gx = 2.6 grids) measured 1.25 ms that way and
+/// 1.12 ms in bands on an H100. Bands spread a round over 4-5 KV heads instead of 1-2; at PT 32K,
+/// where one head's K/V is 16.8 MB, the two orders measured the same (16.84 / 16.81 ms, the mean of
+/// 4 / 6 medians), so L2 locality did not lose. bench/results/2026-12-06-fwd-order.md.
 constexpr int kHopperBandsPerRound = 4;
 /// Register split of the warp-specialized kernel (setmaxnreg): the producer warpgroup (one warp of
 /// it loads) keeps 24 registers per thread and gives the rest to the consumers' accumulators:

@@ -477,23 +477,10 @@ void launch_variant(HopperParams& hp, long long gx, int band, cudaStream_t strea
   if (gx * hp.p.Hkv * hp.p.nseq == 0) return;
   const long long grid =
       std::min<long long>(gx * hp.p.Hkv * hp.p.nseq, (long long)device_sm_count() * blocks_per_sm);
-  // The item order (split_item): bands of `band` block indices, by default as many bands per
-  // round of the snake as KV heads whose K and V fit half the L2 together, at most
-  // kHopperBandsPerRound; one band per KV head (x fastest) when only one fits (tile_config.cuh).
-  static PerDeviceSetting l2;
-  const long long l2_bytes = l2.get([] {
-    int dev = 0, bytes = 0;
-    ORTHROS_CUDA_CHECK(cudaGetDevice(&dev));
-    ORTHROS_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
-    return bytes;
-  });
-  long long longest_cache = 1;
-  for (int i = 0; i < hp.p.nseq; ++i) longest_cache = std::max<long long>(longest_cache, hp.p.seq[i].cache_len);
-  const long long kv_head_bytes = 2 * longest_cache * D * static_cast<long long>(sizeof(T));
-  const long long heads_in_l2 = std::clamp<long long>(l2_bytes / 2 / kv_head_bytes, 1, kHopperBandsPerRound);
-  const long long b = band > 0           ? std::min<long long>(band, gx)
-                      : heads_in_l2 == 1 ? gx
-                                         : std::min<long long>(gx, (grid + heads_in_l2 - 1) / heads_in_l2);
+  // The item order (split_item): bands of `band` block indices, by default kHopperBandsPerRound
+  // bands per round of the snake (tile_config.cuh).
+  const long long b = band > 0 ? std::min<long long>(band, gx)
+                               : std::min<long long>(gx, (grid + kHopperBandsPerRound - 1) / kHopperBandsPerRound);
   hp.band = static_cast<int>(b);
   hp.nbands = static_cast<int>((gx + b - 1) / b);
   hp.band_div = FastDiv::of(hp.band);
