@@ -24,6 +24,12 @@ echo "== gpu tests, generic kernels (ORTHROS_TEST_KERNEL=generic)"
 ORTHROS_TEST_KERNEL=generic RC_PARAMS=${RC_PARAMS:-max_success=100} timeout 420 "$BIN/test_attention_gpu" 2>&1 \
   | tee "$OUTDIR/tests_generic.log" | grep -E "FAILED|Failure|PASSED|skipped"
 generic_rc=${PIPESTATUS[0]}; [ "$generic_rc" -ne 0 ] && test_rc=$generic_rc
+echo "== gpu kernel-family tests (Hopper vs generic bitwise, float32 output stream; default bands, bands of 7)"
+for band in "" 7; do
+  ORTHROS_FWD_BAND=$band timeout 300 "$BIN/test_attention_kernels_gpu" 2>&1 | tee -a "$OUTDIR/tests_kernels.log" \
+    | grep -E "FAILED|Failure|PASSED|skipped"
+  kernels_rc=${PIPESTATUS[0]}; [ "$kernels_rc" -ne 0 ] && test_rc=$kernels_rc
+done
 echo "== gpu layer tests"
 timeout 120 "$BIN/test_layer_gpu" 2>&1 | tee "$OUTDIR/tests_layer.log" | grep -E "^\[  |^\[       OK|FAILED|Failure|worst|skipped"
 layer_rc=${PIPESTATUS[0]}; [ "$layer_rc" -ne 0 ] && test_rc=$layer_rc
@@ -36,7 +42,7 @@ if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
   # hazards), initcheck (reads of uninitialised device memory), synccheck (barrier misuse, e.g.
   # an mbarrier phase receiving more arrivals than it was initialised with).
   for tool in ${ORTHROS_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
-    for t in test_attention_gpu test_layer_gpu; do
+    for t in test_attention_gpu test_attention_kernels_gpu test_layer_gpu; do
       log="$OUTDIR/sanitizer_${tool}_$t.log"
       RC_PARAMS=max_success=3 timeout 400 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/$t" \
         --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*' >"$log" 2>&1

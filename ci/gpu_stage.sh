@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${ORTHROS_GPU_BUILD_DIR:-build-cuda}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release >/dev/null  # keeps the folder's other cached options
-cmake --build "$B" -j2 --target test_attention_gpu test_layer_gpu test_attention_backward_gpu test_layer_backward_gpu \
+cmake --build "$B" -j2 --target test_attention_gpu test_attention_kernels_gpu test_layer_gpu test_attention_backward_gpu test_layer_backward_gpu \
   test_context_parallel_gpu bench_attention_gpu \
   bench_attention_backward_gpu orthros_bench_gpu orthros
 mkdir -p build-cuda-carry
-cp "$B"/verify/gpu/test_attention_gpu "$B"/verify/gpu/test_layer_gpu "$B"/bench/gpu/bench_attention_gpu build-cuda-carry/
+cp "$B"/verify/gpu/test_attention_gpu "$B"/verify/gpu/test_attention_kernels_gpu "$B"/verify/gpu/test_layer_gpu \
+  "$B"/bench/gpu/bench_attention_gpu build-cuda-carry/
 # The backward: ci/gpu_backward.sh runs these two
 cp "$B"/verify/gpu/test_attention_backward_gpu "$B"/verify/gpu/test_layer_backward_gpu \
   "$B"/bench/gpu/bench_attention_backward_gpu build-cuda-carry/

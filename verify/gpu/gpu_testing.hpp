@@ -6,6 +6,7 @@
 
 #include "attention_case.hpp"
 #include "device_buffer.hpp"
+#include "orthros_testing.hpp"
 
 #include "orthros/attention.hpp"
 #include "orthros/check.hpp"
@@ -18,6 +19,7 @@
 
 #include <cstring>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,28 @@ template <typename S>
 struct SeqIn {
   Mat<S> q, k, v, q_out;
 };
+
+/// A random sequence (T tokens after P cached ones, T_out output queries) with entries uniform in
+/// [-1, 1], q/k/q_out scaled by amp_qk (large logits).
+template <typename S>
+SeqIn<S> make_case(testing::Rng& rng, const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out,
+                   double amp_qk = 1.0) {
+  SeqIn<S> s;
+  s.q = testing::random_mat<S>(T, d.num_q_heads * d.head_dim, rng, amp_qk);
+  s.k = testing::random_mat<S>(P + T, d.num_kv_heads * d.head_dim, rng, amp_qk);
+  s.v = testing::random_mat<S>(P + T, d.num_kv_heads * d.head_dim, rng);
+  s.q_out = testing::random_mat<S>(T_out, d.num_q_heads * d.head_dim, rng, amp_qk);
+  return s;
+}
+
+/// One line naming a forward case (for failure messages).
+inline std::string describe(const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out,
+                            std::int64_t w, bool det, int splits, std::uint64_t seed) {
+  std::ostringstream os;
+  os << "H_q=" << d.num_q_heads << " H_kv=" << d.num_kv_heads << " D=" << d.head_dim << " T=" << T << " P=" << P
+     << " T_out=" << T_out << " w=" << w << " det=" << det << " splits=" << splits << " seed=" << seed;
+  return os.str();
+}
 
 /// GPU outputs of one sequence.
 template <typename S>

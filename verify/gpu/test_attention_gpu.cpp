@@ -18,25 +18,6 @@ using orthros::testing::Rng;
 
 namespace {
 
-template <typename S>
-SeqIn<S> make_case(Rng& rng, const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out,
-                   double amp_qk = 1.0) {
-  SeqIn<S> s;
-  s.q = random_mat<S>(T, d.num_q_heads * d.head_dim, rng, amp_qk);
-  s.k = random_mat<S>(P + T, d.num_kv_heads * d.head_dim, rng, amp_qk);
-  s.v = random_mat<S>(P + T, d.num_kv_heads * d.head_dim, rng);
-  s.q_out = random_mat<S>(T_out, d.num_q_heads * d.head_dim, rng, amp_qk);
-  return s;
-}
-
-std::string describe(const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out, std::int64_t w,
-                     bool det, int splits, std::uint64_t seed) {
-  std::ostringstream os;
-  os << "H_q=" << d.num_q_heads << " H_kv=" << d.num_kv_heads << " D=" << d.head_dim << " T=" << T << " P=" << P
-     << " T_out=" << T_out << " w=" << w << " det=" << det << " splits=" << splits << " seed=" << seed;
-  return os.str();
-}
-
 // Property: random shapes of the supported set, one dtype, both SPEC §6 criteria on o, o_out, lse, lse_out.
 template <typename S>
 void oracle_property(bool small_d) {
@@ -479,97 +460,6 @@ TEST(GpuAttention, RaggedBatchOver48Sequences) {
     EXPECT_EQ(bitwise<Eigen::bfloat16>(rows, s.k.bottomRows(s.q.rows()), "appended rows of seq " + std::to_string(b)),
               "");
   }
-}
-
-// ---- the Hopper wgmma kernel against the generic mma.sync kernel --------------------------------
-// Both are checked against the oracle by every test above (ctest runs the suite per family); here
-// the two families run the same calls side by side and must agree bitwise. They share the
-// per-row arithmetic source (online_softmax_scores, flush_chunk_tile, store_tile_rows) and the
-// 64-key tile order, and the tensor cores round wgmma and mma.sync sums alike on sm_90 (measured
-// on the H200). The deterministic mode relies on it: under KernelPath::automatic decode launches
-// run the generic 1-warp kernel and the others the Hopper kernel. Fast mode with a fixed split
-// count (the automatic count depends on the kernel's row-block size).
-template <typename S>
-void hopper_vs_generic(const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out, std::int64_t w,
-                       bool det, std::uint64_t seed) {
-  SCOPED_TRACE(describe(d, T, P, T_out, w, det, 1, seed));
-  Rng rng(seed);
-  const auto in = make_case<S>(rng, d, T, P, T_out);
-  cuda::AttentionConfig cfg;
-  cfg.window = w;
-  cfg.deterministic = det;
-  cfg.num_splits = 1;
-  cfg.kernel = cuda::KernelPath::hopper;
-  const auto h = run_gpu1(in, d, cfg);
-  cfg.kernel = cuda::KernelPath::generic;
-  const auto g = run_gpu1(in, d, cfg);
-  AttentionOptions opt;
-  opt.window = w;
-  for (const auto* r : {&h, &g}) {
-    const auto oc = check_vs_oracle<S>(in, *r, d, opt);
-    EXPECT_TRUE(oc.pass) << (r == &h ? "hopper" : "generic") << "\n" << oc.report;
-  }
-  EXPECT_EQ(bitwise<S>(h.o, g.o, "o"), "");
-  EXPECT_EQ(bitwise<S>(h.o_out, g.o_out, "o_out"), "");
-  EXPECT_EQ(bitwise<float>(h.lse, g.lse, "lse"), "");
-  EXPECT_EQ(bitwise<float>(h.lse_out, g.lse_out, "lse_out"), "");
-}
-// Runs everywhere, GPU or not (CI has none): without a usable device hopper_kernels_available()
-// answers false instead of throwing (cudaErrorNoDevice, cudaErrorInsufficientDriver); with one,
-// it answers whether the device is compute capability 9.0, and never throws.
-TEST(GpuAttention, HopperAvailabilityNeverThrows) {
-  const bool usable = gputest::no_gpu_reason().empty();
-  bool available = true;
-  EXPECT_NO_THROW(available = cuda::hopper_kernels_available()) << gputest::no_gpu_reason();
-  if (!usable) {
-    EXPECT_FALSE(available) << "no usable GPU (" << gputest::no_gpu_reason() << ") but the Hopper kernel is available";
-    return;
-  }
-  cudaDeviceProp prop{};
-  int dev = 0;
-  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
-  EXPECT_EQ(available, prop.major == 9 && prop.minor == 0) << prop.name << " sm_" << prop.major << prop.minor;
-}
-
-TEST(GpuAttention, HopperMatchesGeneric) {
-  ORTHROS_REQUIRE_GPU();
-  if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 700, 0, 700, 128, false, 41);  // PT
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 700, 0, 700, 128, true, 42);
-  hopper_vs_generic<Eigen::half>(AttentionDims{7, 1, 64}, 333, 50, 1, 40, false, 43);  // prefill, GQA 7
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 1, 128}, 1, 3000, 1, 128, true, 44);  // decode
-  hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 200, 0, 50, 1LL << 40, true, 45);  // SFT, full window
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{12, 4, 128}, 517, 300, 517, 200, false, 46);  // chunk + PT, GQA 3
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 4, 64}, 1, 2000, 1, 64, false, 47);         // decode, MHA
-  // Deterministic row blocks whose keys span several 1024-key chunks, merged inside the Hopper
-  // kernel (its running output in shared memory between chunk merges). Base rows are never split:
-  // with w >= T a base row of position t sees [0, t], up to 3 chunks at T = 2200 (first merge into
-  // the empty state, a read-modify-write of the running output, the last merge in registers); PT
-  // with w = 128 (base rows cross one boundary; the output rows of so small a launch go to the
-  // split-KV chunks and merge_kernel); chunked prefill + SFT, GQA 3, D = 64.
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 2200, 0, 1, 1LL << 40, true, 50);
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 2200, 0, 2200, 128, true, 48);
-  hopper_vs_generic<Eigen::half>(AttentionDims{6, 2, 64}, 900, 1500, 900, 300, true, 49);
-}
-
-// The Hopper kernel against the generic kernel, bitwise, around the 64-key tile: windows 1, 64,
-// 65, 127-130, 200; GQA groups whose 192-row blocks hold 192, 48, 27.4 and 24 tokens; cache
-// prefixes that shift the blocks against the tiles; prefill, PT and SFT. The launches of more than
-// a quarter-grid of block indices (PT T = 900 here, prefill 8K) deal their items in several bands
-// (launch_hopper_forward), the last one padded; the ctest run with the suffix .band7 forces bands
-// of 7 on every launch.
-TEST(GpuAttention, HopperWindowsAndGroupsMatchGeneric) {
-  ORTHROS_REQUIRE_GPU();
-  if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";
-  std::uint64_t seed = 60;
-  for (const std::int64_t w : {1, 64, 65, 127, 128, 129, 130, 200}) {
-    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 4, 64}, 1100, 0, 1, w, false, seed++);      // group 1
-    hopper_vs_generic<Eigen::half>(AttentionDims{8, 2, 128}, 900, 77, 900, w, false, seed++);       // group 4, PT
-    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{14, 2, 64}, 700, 300, 1, w, false, seed++);    // group 7
-    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{16, 2, 128}, 640, 13, 160, w, false, seed++);  // group 8, SFT
-  }
-  hopper_vs_generic<Eigen::bfloat16>(AttentionDims{32, 8, 128}, 8192, 0, 1, 128, false, seed++);  // prefill 8K
 }
 
 // ---- argument validation (host only: runs with or without a GPU) -------------------------------

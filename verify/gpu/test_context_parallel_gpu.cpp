@@ -23,21 +23,10 @@
 
 using namespace orthros;
 using namespace orthros::gputest;
-using orthros::testing::random_mat;
 using orthros::testing::Rng;
 namespace oc = orthros::cuda;
 
 namespace {
-
-template <typename S>
-SeqIn<S> make_case(Rng& rng, const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out) {
-  SeqIn<S> s;
-  s.q = random_mat<S>(T, d.num_q_heads * d.head_dim, rng);
-  s.k = random_mat<S>(P + T, d.num_kv_heads * d.head_dim, rng);
-  s.v = random_mat<S>(P + T, d.num_kv_heads * d.head_dim, rng);
-  s.q_out = random_mat<S>(T_out, d.num_q_heads * d.head_dim, rng);
-  return s;
-}
 
 oc::AttentionConfig config_of(const AttentionDims& d, oc::DType t, std::int64_t w, bool det) {
   oc::AttentionConfig c;
