@@ -45,7 +45,8 @@ if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
     for t in test_attention_gpu test_attention_kernels_gpu test_layer_gpu; do
       log="$OUTDIR/sanitizer_${tool}_$t.log"
       RC_PARAMS=max_success=3 timeout 400 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/$t" \
-        --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*' >"$log" 2>&1
+        --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*' \
+        >"$log" 2>&1
       san_rc=$?
       # racecheck does not model the mbarrier/TMA synchronization of cuBLAS's own sm90 kernels
       # (nvjet_*, used by the layer's projections): hazards reported only inside them are listed but

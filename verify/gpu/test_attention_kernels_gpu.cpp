@@ -8,8 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 
 using namespace orthros;
 using namespace orthros::gputest;
@@ -54,8 +52,9 @@ void hopper_vs_generic(const AttentionDims& d, Eigen::Index T, Eigen::Index P, E
 // ---- the float32 output stream -----------------------------------------------------------------
 // With o_out_float32 every kernel stores the normalized output stream before its one rounding to
 // the dtype, so rounding it to the dtype (round to nearest even, as the kernels' epilogues) must
-// give the dtype call's o_out bit for bit, and it must pass SPEC §6 on its own (a float32 value
-// is at least as close to the float64 oracle as its rounding, whose bound the oracle check uses).
+// give the dtype call's o_out bit for bit. A float32 element that was not written stays NaN (the
+// buffer is poisoned), fails the finiteness check and rounds to a NaN unequal to any output. The
+// dtype output itself is held to SPEC §6 by test_attention_gpu.
 template <typename S>
 void float32_output_stream(const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out, std::int64_t w,
                            bool det, int splits, cuda::KernelPath path, std::uint64_t seed) {
@@ -86,19 +85,9 @@ void float32_output_stream(const AttentionDims& d, Eigen::Index T, Eigen::Index 
   gpu_harness::check_canaries({&f32, &c.o, &c.lse, &c.lse_out});
   Mat<float> got(T_out, cols);
   f32.download_into(got);
+  EXPECT_TRUE(got.allFinite()) << "o_out float32 has a non-finite element";
   Mat<S> rounded = got.template cast<S>();  // Eigen's bfloat16/half casts round to nearest even
   EXPECT_EQ(bitwise<S>(rounded, o_out, "o_out rounded from float32"), "");
-  AttentionOptions opt;
-  opt.window = w;
-  const auto ref = orthros_attention<double>(in.q.template cast<double>(), in.k.template cast<double>(),
-                                             in.v.template cast<double>(), in.q_out.template cast<double>(), d, opt);
-  const double err = (got.template cast<double>() - ref.o_out).cwiseAbs().maxCoeff();
-  const double err_rounded = (o_out.template cast<double>() - ref.o_out).cwiseAbs().maxCoeff();
-  ASSERT_TRUE(std::isfinite(err)) << "o_out float32 has a non-finite element";
-  // Rounding adds at most half an ulp of the dtype per element, so the float32 error is at most the
-  // rounded output's error plus that half ulp (2^-9 relative for bf16, 2^-12 for f16; |o| <= 1 here).
-  const double half_ulp = std::is_same_v<S, Eigen::bfloat16> ? std::ldexp(1.0, -9) : std::ldexp(1.0, -12);
-  EXPECT_LE(err, err_rounded + half_ulp) << "float32 o_out error " << err << ", rounded " << err_rounded;
 }
 
 }  // namespace
@@ -161,10 +150,10 @@ TEST(GpuAttention, HopperMatchesGeneric) {
 
 // The Hopper kernel against the generic kernel, bitwise, around the 64-key tile: windows 1, 64,
 // 65, 127-130, 200; GQA groups whose 192-row blocks hold 192, 48, 27.4 and 24 tokens; cache
-// prefixes that shift the blocks against the tiles; prefill, PT and SFT. The launches of more than
-// a quarter-grid of block indices (PT T = 900 here, prefill 8K) deal their items in several bands
-// (launch_hopper_forward), the last one padded; the ctest run with the suffix .band7 forces bands
-// of 7 on every launch.
+// prefixes that shift the blocks against the tiles; prefill, PT and SFT. Launches with more block
+// indices than a quarter-grid (PT T = 900 here: 38 indices in bands of 19; prefill 8K: bands of 33,
+// the last one padded) deal their items in several bands (launch_hopper_forward); the ctest run
+// with the suffix .band7 forces bands of 7 on every launch.
 TEST(GpuAttention, HopperWindowsAndGroupsMatchGeneric) {
   ORTHROS_REQUIRE_GPU();
   if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";

@@ -4,8 +4,9 @@ The persistent kernel deals work item round * grid + pos to CTA pos (snake order
 rounds). An item is one 192-row block; its cost is modelled as its K/V tiles (64 keys) plus one
 tile of fixed overhead, base-stream tiles counted at 0.6 (partly masked). The script prints each
 order's makespan over the even load (1.000 = perfectly even) for the orders split_item can deal:
-b0 = one band per KV head (x fastest, the order before 2026-12-06), b1 = KV head fastest, bN =
-bands of N block indices (132 SMs: N = 33 is the default, 4 bands per round).
+b0 = one band per KV head (x fastest, the order before 2026-12-06; note that ORTHROS_FWD_BAND=0
+selects the kernel's default instead, and a band >= gx forces this order), b1 = KV head fastest,
+bN = bands of N block indices (132 SMs: N = 33 is the default, 4 bands per round).
 Usage: python3 schedule_sim.py
 """
 def costs(T, Tout, group=4, ovh=1.0):

@@ -39,6 +39,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 namespace orthros::cuda::detail {
@@ -479,8 +480,9 @@ void launch_variant(HopperParams& hp, long long gx, int band, cudaStream_t strea
       std::min<long long>(gx * hp.p.Hkv * hp.p.nseq, (long long)device_sm_count() * blocks_per_sm);
   // The item order (split_item): bands of `band` block indices, by default kHopperBandsPerRound
   // bands per round of the snake (tile_config.cuh).
-  const long long b = band > 0 ? std::min<long long>(band, gx)
-                               : std::min<long long>(gx, (grid + kHopperBandsPerRound - 1) / kHopperBandsPerRound);
+  long long b = band > 0 ? std::min<long long>(band, gx)
+                         : std::min<long long>(gx, (grid + kHopperBandsPerRound - 1) / kHopperBandsPerRound);
+  if (gx + b > INT_MAX) b = gx;  // split_item's padded x (< gx + b) must fit an int: one band
   hp.band = static_cast<int>(b);
   hp.nbands = static_cast<int>((gx + b - 1) / b);
   hp.band_div = FastDiv::of(hp.band);
