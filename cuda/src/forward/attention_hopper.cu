@@ -475,9 +475,9 @@ void launch_variant(HopperParams& hp, long long gx, int band, cudaStream_t strea
     require(n >= 1, "internal: the Hopper kernel does not fit on this GPU (", C::kSmemBytes, " bytes of shared memory)");
     return n;
   });
-  if (gx * hp.p.Hkv * hp.p.nseq == 0) return;
-  const long long grid =
-      std::min<long long>(gx * hp.p.Hkv * hp.p.nseq, (long long)device_sm_count() * blocks_per_sm);
+  const long long blocks = gx * hp.p.Hkv * hp.p.nseq;  // work items before the last band's padding
+  if (blocks == 0) return;
+  const long long grid = std::min<long long>(blocks, (long long)device_sm_count() * blocks_per_sm);
   // The item order (split_item): bands of `band` block indices, by default kHopperBandsPerRound
   // bands per round of the snake (tile_config.cuh).
   long long b = band > 0 ? std::min<long long>(band, gx)
