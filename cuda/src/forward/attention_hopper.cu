@@ -13,7 +13,9 @@
 //     on a token.
 //   consumer warpgroup: S = Q K^T by wgmma (both operands in shared memory), the online softmax
 //     in registers (online_softmax_tile: the mma.sync kernel's per-row arithmetic, same source),
-//     O += P V by wgmma with P from registers and V transposed from shared memory.
+//     O += P V by wgmma with P from registers and V transposed from shared memory. The fast mode
+//     issues a tile's S together with the previous tile's P V and runs the softmax while that
+//     P V is on the tensor cores (same arithmetic, same bits).
 // Per row the result depends only on its own key range and the absolute 64-key tile boundaries
 // (tiles outside a row's range are exact no-ops), so the deterministic mode's contract holds.
 //
@@ -120,10 +122,11 @@ struct ItemScheduler {
     const long long pos = (round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     return round * gridDim.x + pos;
   }
-  /// (x, KV head, sequence) of `item`: its work is make_work_at(x) of sequence z (none when x >= gx:
-  /// the last band's padding).
-  __device__ __forceinline__ void split(long long item, int& x, int& kvh, int& z) const {
+  /// (x, KV head, sequence) of `item`: its work is make_work_at(x) of sequence z. False when the
+  /// item has no work (x >= gx: the last band's padding).
+  __device__ __forceinline__ bool split(long long item, int& x, int& kvh, int& z) const {
     split_item(hp, item, nitems, x, kvh, z);
+    return x < gx;
   }
 };
 
@@ -171,8 +174,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       const long long item = sched.item_at(round);
       if (item >= nitems) break;
       int x, kvh, z;
-      sched.split(item, x, kvh, z);
-      if (x >= gx) continue;
+      if (!sched.split(item, x, kvh, z)) continue;
       const SeqDesc& sd = p.seq[z];
       const Work w = make_work_at<BM, BN>(p, sd, x);
       if (!w.valid) continue;
@@ -240,18 +242,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   // passes the turn once per tile of every item (computing or not), so the counts match; the last
   // warpgroup hands the first its first turn and the first takes the last one back after the loop.
   // The fast mode does without it: with 4 stages and Q double-buffered the warpgroups keep the
-  // slack to run ahead into the next item.
-  constexpr bool kRing = DET;
+  // slack to run ahead into the next item, and each overlaps its own softmax with its previous
+  // tile's P V instead (the pipelined loop below).
   constexpr int kTurnBar = kBarTurnRing;
   const int turn_next = kTurnBar + (wg + 1) % NWG;
-  if (kRing && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
+  if (DET && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
     const long long item = sched.item_at(round);
     if (item >= nitems) break;
     int x, kvh, z;
-    sched.split(item, x, kvh, z);
-    if (x >= gx) continue;
+    if (!sched.split(item, x, kvh, z)) continue;
     const SeqDesc& sd = p.seq[z];
     const Work w = make_work_at<BM, BN>(p, sd, x);
     if (!w.valid) continue;
@@ -293,15 +294,28 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     const uint64_t dq = desc_sw128(sQg, 16, 1024);
     mbar_wait(&q_full[qb], (qn / QBUF) & 1);
     if (!hp.tma_q) fence_proxy_async();  // Q came through cp.async (generic proxy)
-    for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
-      const int s = ring % STAGES;
-      mbar_wait(&full[s], (ring / STAGES) & 1);
-      if (kRing) named_bar_sync(kTurnBar + wg, 256);
-      if (kRing && !(gactive && tt >= gtb && tt <= gte)) named_bar_arrive(turn_next, 256);
-      if (gactive && tt >= gtb && tt <= gte) {
-        // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
-        if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
-        if constexpr (DET) {
+    // S = Q K^T of stage s into sacc, and O += P V of stage s with P from pa (one warpgroup).
+    auto issue_s = [&](int s, float (&sacc)[NT][4]) {
+      wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, desc_sw128(sK + s * C::kTile, 16, 1024));
+    };
+    auto issue_pv = [&](int s, const uint32_t (&pa)[BN / 16][4]) {
+      const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
+    };
+    auto full_tile = [&](int tt) {
+      const bool f = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
+      return __all_sync(0xffffffffu, f);
+    };
+    if constexpr (DET) {
+      for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
+        const int s = ring % STAGES;
+        mbar_wait(&full[s], (ring / STAGES) & 1);
+        named_bar_sync(kTurnBar + wg, 256);
+        if (!(gactive && tt >= gtb && tt <= gte)) named_bar_arrive(turn_next, 256);
+        if (gactive && tt >= gtb && tt <= gte) {
+          // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
+          if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
           if (!w.split) {
             const int chunk = tt / kChunkTiles;
             if (chunk != cur_chunk) {
@@ -312,31 +326,91 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
               cur_chunk = chunk;
             }
           }
+          float sacc[NT][4];
+          wgmma_fence();
+          issue_s(s, sacc);
+          wgmma_commit();
+          named_bar_arrive(turn_next, 256);
+          wgmma_wait<0>();
+          fence_regs(sacc);
+          online_softmax_tile(sacc, m, l, oacc, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2);
+          uint32_t pa[BN / 16][4];
+#pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+          wgmma_fence();
+          issue_pv(s, pa);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_regs(oacc);
         }
-        const uint64_t dk = desc_sw128(sK + s * C::kTile, 16, 1024);
-        const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
-        float sacc[NT][4];
+        mbar_arrive(&empty[s]);
+      }
+    } else {
+      // Fast mode, software-pipelined (FlashAttention-3's intra-warpgroup overlap): the tile's
+      // S = Q K^T is issued together with the previous tile's O += P V, and the softmax of this
+      // tile runs while that P V is on the tensor cores; the output is rescaled by this tile's
+      // alpha once the P V is done. Each element gets the same operations in the same order as
+      // in the serial loop (O = (O alpha_t + P_t V_t) alpha_t+1 + ...), so the same bits.
+      // A pending stage is held only while the next tile is awaited, never while the warpgroup
+      // waits for a tile STAGES later (which would wait on its own release).
+      // Tiles [a, b] are this warpgroup's (its rows' key range); the others of the item are only
+      // passed through the ring. Prologue (tile a's S and softmax), steady state, epilogue (tile
+      // b's P V): no branch around a wgmma, which ptxas would serialize.
+      const int a = gactive ? max(w.tb, gtb) : w.te + 1, b = gactive ? min(w.te, gte) : w.te;
+      auto pass = [&]() {
+        const int s = ring % STAGES;
+        mbar_wait(&full[s], (ring / STAGES) & 1);
+        mbar_arrive(&empty[s]);
+        ++ring;
+      };
+      auto wait_tile = [&](int tt) {
+        const int s = ring % STAGES;
+        mbar_wait(&full[s], (ring / STAGES) & 1);
+        ++ring;
+        // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
+        if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
+        return s;
+      };
+      for (int tt = w.tb; tt < a; ++tt) pass();
+      if (a <= b) {
+        float sacc[NT][4], alpha[2];
+        uint32_t pa[BN / 16][4];
+        int pend = wait_tile(a);  // the stage whose P V (P in pa) is still to run
         wgmma_fence();
-        wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, dk);
+        issue_s(pend, sacc);
         wgmma_commit();
-        if (kRing) named_bar_arrive(turn_next, 256);
         wgmma_wait<0>();
         fence_regs(sacc);
-        bool fullt = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
-        fullt = __all_sync(0xffffffffu, fullt);
-        online_softmax_tile(sacc, m, l, oacc, lo, hi, tt * BN + 2 * c, fullt, p.scale_log2);
-        uint32_t pa[BN / 16][4];
+        online_softmax_scores(sacc, m, l, lo, hi, a * BN + 2 * c, full_tile(a), p.scale_log2, alpha);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-        wgmma_fence();
+        for (int tt = a + 1; tt <= b; ++tt) {
+          const int s = wait_tile(tt);
+          wgmma_fence();
+          issue_s(s, sacc);
+          wgmma_commit();
+          issue_pv(pend, pa);
+          wgmma_commit();
+          wgmma_wait<1>();  // S done; the P V may still run
+          fence_regs(sacc);
+          online_softmax_scores(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
+          wgmma_wait<0>();
+          fence_regs(oacc);
+          fence_regs(pa);
+          mbar_arrive(&empty[pend]);
+          rescale_rows(oacc, alpha);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-          wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
+          for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+          pend = s;
+        }
+        wgmma_fence();
+        issue_pv(pend, pa);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(oacc);
+        mbar_arrive(&empty[pend]);
       }
-      mbar_arrive(&empty[s]);
+      for (int tt = max(a, b + 1); tt <= w.te; ++tt) pass();
     }
     mbar_arrive(&q_empty[qb]);
     ++qn;
@@ -353,7 +427,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     }
     store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
   }
-  if (kRing && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
+  if (DET && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
 }
 
 bool hopper_kernel_available() {

@@ -10,6 +10,15 @@
 
 namespace orthros::cuda::detail {
 
+/// Stores two adjacent output elements (x, y) at dst: float32 as they are (the float32 output
+/// stream), bf16/f16 rounded once to nearest even and packed.
+__device__ __forceinline__ void store_pair(float* dst, float x, float y) {
+  *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+}
+template <typename T>
+__device__ __forceinline__ void store_pair(T* dst, float x, float y) {
+  *reinterpret_cast<uint32_t*>(dst) = Mma<T>::pack(x, y);
+}
 
 /// Query token i (of the stream) and query head of row r of KV head kvh (rows r = i*group + g).
 __device__ __forceinline__ void row_token_head(const KernelParams& p, int kvh, int r, int& i, int& head) {
@@ -19,7 +28,8 @@ __device__ __forceinline__ void row_token_head(const KernelParams& p, int kvh, i
 
 /// Writes one 16-row block's result: row0 is its first row (rows row0 + g, row0 + g + 8 of this
 /// thread; rv: row exists). Split-KV: the unnormalized state (m, quad-summed l, o) of split w.sp;
-/// otherwise o / l in T and the LSE. `l_final` true: l is already the row total (det running state).
+/// otherwise o / l in T (o_out in float32 with p.o_out_f32) and the LSE. `l_final` true: l is
+/// already the row total (det running state).
 template <typename T, int DT>
 __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const SeqDesc& sd, const Work& w, int kvh,
                                                 int row0, const bool (&rv)[2], const float (&m)[2], const float (&l)[2],
@@ -49,20 +59,15 @@ __device__ __forceinline__ void store_tile_rows(const KernelParams& p, const Seq
     const int qoff = w.is_out ? sd.out_off : sd.q_off;
     const size_t off = ((size_t)(qoff + i) * p.Hq + head) * D;
     const float inv = __frcp_rn(lf);
-    if (w.is_out && p.o_out_f32) {  // float32 output stream (AttentionBuffers::o_out_float32)
-      float* dst = static_cast<float*>(p.o_out) + off;
+    const auto store_row = [&](auto* dst) {
 #pragma unroll
       for (int j = 0; j < DT; ++j)
-        *reinterpret_cast<float2*>(dst + j * 8 + 2 * c) =
-            make_float2(__fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));
-      continue;
-    }
-    T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + off;
-#pragma unroll
-    for (int j = 0; j < DT; ++j) {
-      const uint32_t v = Mma<T>::pack(__fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));
-      *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * c) = v;
-    }
+        store_pair(dst + j * 8 + 2 * c, __fmul_rn(o[j][2 * h], inv), __fmul_rn(o[j][2 * h + 1], inv));
+    };
+    if (w.is_out && p.o_out_f32)  // float32 output stream (AttentionBuffers::o_out_float32)
+      store_row(static_cast<float*>(p.o_out) + off);
+    else
+      store_row(static_cast<T*>(w.is_out ? p.o_out : p.o) + off);
   }
   // The LSE of row h is written by lane c = h of its quad: one pass of state_lse's float64
   // arithmetic for both rows instead of one per row.

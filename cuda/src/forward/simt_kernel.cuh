@@ -5,6 +5,7 @@
 #include "forward/work.cuh"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace orthros::cuda::detail {
 
@@ -132,21 +133,18 @@ __global__ void __launch_bounds__(kSimtWarps * 32) simt_attn_kernel(const __grid
   float* lptr = w.is_out ? p.lse_out : p.lse;
   const float inv = __frcp_rn(fl);
   const size_t off = ((size_t)(qoff + i) * Hq + head) * D;
-  if (w.is_out && p.o_out_f32) {  // float32 output stream (AttentionBuffers::o_out_float32)
-    float* dst = static_cast<float*>(p.o_out) + off;
+  const auto store_row = [&](auto* dst) {
+    using E = std::remove_pointer_t<decltype(dst)>;
 #pragma unroll
     for (int k = 0; k < kSimtMaxDpl; ++k) {
       const int d = lane + 32 * k;
-      if (d < D) dst[d] = __fmul_rn(acc[k], inv);
+      if (d < D) dst[d] = Elem<E>::from_f(__fmul_rn(acc[k], inv));
     }
-  } else {
-    T* dst = static_cast<T*>(w.is_out ? p.o_out : p.o) + off;
-#pragma unroll
-    for (int k = 0; k < kSimtMaxDpl; ++k) {
-      const int d = lane + 32 * k;
-      if (d < D) dst[d] = Elem<T>::from_f(__fmul_rn(acc[k], inv));
-    }
-  }
+  };
+  if (w.is_out && p.o_out_f32)  // float32 output stream (AttentionBuffers::o_out_float32)
+    store_row(static_cast<float*>(p.o_out) + off);
+  else
+    store_row(static_cast<T*>(w.is_out ? p.o_out : p.o) + off);
   if (lane == 0 && lptr) lptr[(size_t)(qoff + i) * Hq + head] = state_lse(fm, fl);
 }
 
