@@ -41,6 +41,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <climits>
 #include <cstring>
 
@@ -80,6 +81,7 @@ struct HopperParams {
   CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
   CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
   int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
+  int exp_flags;               // EXPERIMENT: bit 0 turn ring in the fast mode, bit 1 FMA softmax
   int band, nbands;            // item order (split_item): bands of `band` block indices, nbands per sequence
   FastDiv band_div, hkv_div, nbands_div;  // item -> (x, KV head, sequence) when the launch has < 2^31 items
 };
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   // tile's P V instead (the pipelined loop below).
   constexpr int kTurnBar = kBarTurnRing;
   const int turn_next = kTurnBar + (wg + 1) % NWG;
-  if (DET && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
+  if ((DET || (hp.exp_flags & 1)) && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
     const long long item = sched.item_at(round);
@@ -295,8 +297,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     mbar_wait(&q_full[qb], (qn / QBUF) & 1);
     if (!hp.tma_q) fence_proxy_async();  // Q came through cp.async (generic proxy)
     // S = Q K^T of stage s into sacc, and O += P V of stage s with P from pa (one warpgroup).
+    // issue_s starts with wgmma_fence, which also covers an issue_pv right after it.
     auto issue_s = [&](int s, float (&sacc)[NT][4]) {
-      wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, desc_sw128(sK + s * C::kTile, 16, 1024));
+      const uint64_t dk = desc_sw128(sK + s * C::kTile, 16, 1024);
+      wgmma_fence();
+      wgmma_ss_over_d<T, D, BM, BN>(sacc, dq, dk);
     };
     auto issue_pv = [&](int s, const uint32_t (&pa)[BN / 16][4]) {
       const uint64_t dv = desc_sw128(sV + s * C::kTile, 64 * 128, 1024);
@@ -304,8 +309,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
     };
     auto full_tile = [&](int tt) {
-      const bool f = lo[0] <= tt * BN && hi[0] >= tt * BN + BN - 1 && lo[1] <= tt * BN && hi[1] >= tt * BN + BN - 1;
-      return __all_sync(0xffffffffu, f);
+      const int k0 = tt * BN, k1 = tt * BN + BN - 1;
+      return __all_sync(0xffffffffu, (lo[0] <= k0) & (hi[0] >= k1) & (lo[1] <= k0) & (hi[1] >= k1));
     };
     if constexpr (DET) {
       for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
@@ -327,7 +332,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
             }
           }
           float sacc[NT][4];
-          wgmma_fence();
           issue_s(s, sacc);
           wgmma_commit();
           named_bar_arrive(turn_next, 256);
@@ -357,9 +361,20 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       // passed through the ring. Prologue (tile a's S and softmax), steady state, epilogue (tile
       // b's P V): no branch around a wgmma, which ptxas would serialize.
       const int a = gactive ? max(w.tb, gtb) : w.te + 1, b = gactive ? min(w.te, gte) : w.te;
+      const bool xring = hp.exp_flags & 1, xfma = hp.exp_flags & 2;
+      auto softmax = [&](float (&sacc)[NT][4], int tt, float (&alpha)[2]) {
+        if (xfma)
+          online_softmax_scores<NT, true>(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
+        else
+          online_softmax_scores<NT, false>(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
+      };
       auto pass = [&]() {
         const int s = ring % STAGES;
         mbar_wait(&full[s], (ring / STAGES) & 1);
+        if (xring) {
+          named_bar_sync(kTurnBar + wg, 256);
+          named_bar_arrive(turn_next, 256);
+        }
         mbar_arrive(&empty[s]);
         ++ring;
       };
@@ -376,24 +391,26 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         float sacc[NT][4], alpha[2];
         uint32_t pa[BN / 16][4];
         int pend = wait_tile(a);  // the stage whose P V (P in pa) is still to run
-        wgmma_fence();
+        if (xring) named_bar_sync(kTurnBar + wg, 256);
         issue_s(pend, sacc);
         wgmma_commit();
+        if (xring) named_bar_arrive(turn_next, 256);
         wgmma_wait<0>();
         fence_regs(sacc);
-        online_softmax_scores(sacc, m, l, lo, hi, a * BN + 2 * c, full_tile(a), p.scale_log2, alpha);
+        softmax(sacc, a, alpha);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
         for (int tt = a + 1; tt <= b; ++tt) {
           const int s = wait_tile(tt);
-          wgmma_fence();
+          if (xring) named_bar_sync(kTurnBar + wg, 256);
           issue_s(s, sacc);
           wgmma_commit();
           issue_pv(pend, pa);
           wgmma_commit();
+          if (xring) named_bar_arrive(turn_next, 256);
           wgmma_wait<1>();  // S done; the P V may still run
           fence_regs(sacc);
-          online_softmax_scores(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
+          softmax(sacc, tt, alpha);
           wgmma_wait<0>();
           fence_regs(oacc);
           fence_regs(pa);
@@ -427,7 +444,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     }
     store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
   }
-  if (DET && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
+  if ((DET || (hp.exp_flags & 1)) && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
 }
 
 bool hopper_kernel_available() {
@@ -558,6 +575,7 @@ void launch_variant(HopperParams& hp, long long gx, int band, cudaStream_t strea
                          : std::min<long long>(gx, (grid + kHopperBandsPerRound - 1) / kHopperBandsPerRound);
   if (gx + b > INT_MAX) b = gx;  // split_item's padded x (< gx + b) must fit an int: one band
   hp.band = static_cast<int>(b);
+  hp.exp_flags = std::getenv("ORTHROS_FWD_EXP") ? std::atoi(std::getenv("ORTHROS_FWD_EXP")) : 0;  // EXPERIMENT
   hp.nbands = static_cast<int>((gx + b - 1) / b);
   hp.band_div = FastDiv::of(hp.band);
   hp.nbands_div = FastDiv::of(hp.nbands);

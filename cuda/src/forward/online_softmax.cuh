@@ -17,14 +17,24 @@ namespace orthros::cuda::detail {
 /// output accumulator must be scaled by (rescale_rows) before P V is added. `kbase` is the key
 /// index of column 2c of group 0. A tile outside a row's range is an exact no-op on that row's
 /// state (alpha = 1, p = 0).
-template <int NT>
+template <int NT, bool kFma = false>
 __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                       const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
                                                       float scale_log2, float (&alpha)[2]) {
   // Key kbase + j*8 + (e&1) is in [lo, hi] iff its column j*8 + (e&1) (a constant) is in
   // [lo - kbase, hi - kbase]: the same test, one compare per bound.
   const int lor[2] = {lo[0] - kbase, lo[1] - kbase}, hir[2] = {hi[0] - kbase, hi[1] - kbase};
-  if (full) {
+  if (kFma) {
+    if (!full) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1, col = j * 8 + (e & 1);
+          if (col < lor[h] || col > hir[h]) s[j][e] = kNegInf;
+        }
+    }
+  } else if (full) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -52,7 +62,7 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
     for (int w = NT / 2; w >= 1; w /= 2)
 #pragma unroll
       for (int j = 0; j < w; ++j) t[j] = fmaxf(t[j], t[j + w]);
-    mx[h] = t[0];
+    mx[h] = kFma ? __fmul_rn(t[0], scale_log2) : t[0];
   }
   float muse[2];
 #pragma unroll
@@ -69,7 +79,7 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float pe = fast_exp2(__fsub_rn(s[j][e], muse[e >> 1]));
+      const float pe = fast_exp2(kFma ? __fmaf_rn(s[j][e], scale_log2, -muse[e >> 1]) : __fsub_rn(s[j][e], muse[e >> 1]));
       s[j][e] = pe;
       rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
     }
