@@ -36,7 +36,7 @@ import sys, collections
 d = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
-    d[(f[5], f[6], f[3])].append(float(f[7]))
+    d[(f[4], f[5], f[3])].append(float(f[6]))
 cfgs = ["base", "0", "1", "2", "3"]
 print("case mode | " + " | ".join(f"cfg {c}" for c in cfgs) + "   (min of 3 medians, ms)")
 for case in sorted({(k[0], k[1]) for k in d}):

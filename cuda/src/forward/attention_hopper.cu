@@ -41,7 +41,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <climits>
 #include <cstring>
 
@@ -81,7 +80,7 @@ struct HopperParams {
   CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
   CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
   int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
-  int exp_flags;               // EXPERIMENT: bit 0 turn ring in the fast mode, bit 1 FMA softmax
+  int ring_min_tiles;          // fast mode: the turn ring on items of at least this many tiles
   int band, nbands;            // item order (split_item): bands of `band` block indices, nbands per sequence
   FastDiv band_div, hkv_div, nbands_div;  // item -> (x, KV head, sequence) when the launch has < 2^31 items
 };
@@ -248,7 +247,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   // tile's P V instead (the pipelined loop below).
   constexpr int kTurnBar = kBarTurnRing;
   const int turn_next = kTurnBar + (wg + 1) % NWG;
-  if ((DET || (hp.exp_flags & 1)) && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
+  if (wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
     const long long item = sched.item_at(round);
@@ -361,12 +360,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       // passed through the ring. Prologue (tile a's S and softmax), steady state, epilogue (tile
       // b's P V): no branch around a wgmma, which ptxas would serialize.
       const int a = gactive ? max(w.tb, gtb) : w.te + 1, b = gactive ? min(w.te, gte) : w.te;
-      const bool xring = hp.exp_flags & 1, xfma = hp.exp_flags & 2;
+      // The turn ring (above) on the items of at least hp.ring_min_tiles tiles whose rows fill
+      // every warpgroup (kHopperRingMinTiles; the same answer in every warpgroup: the same item).
+      const bool xring = w.te - w.tb + 1 >= hp.ring_min_tiles && r1 - r0 + 1 > (NWG - 1) * kHopperWarpgroupRows;
       auto softmax = [&](float (&sacc)[NT][4], int tt, float (&alpha)[2]) {
-        if (xfma)
-          online_softmax_scores<NT, true>(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
-        else
-          online_softmax_scores<NT, false>(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
+        online_softmax_scores(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
       };
       auto pass = [&]() {
         const int s = ring % STAGES;
@@ -444,7 +442,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     }
     store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
   }
-  if ((DET || (hp.exp_flags & 1)) && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
+  if (wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
 }
 
 bool hopper_kernel_available() {
@@ -575,7 +573,6 @@ void launch_variant(HopperParams& hp, long long gx, int band, cudaStream_t strea
                          : std::min<long long>(gx, (grid + kHopperBandsPerRound - 1) / kHopperBandsPerRound);
   if (gx + b > INT_MAX) b = gx;  // split_item's padded x (< gx + b) must fit an int: one band
   hp.band = static_cast<int>(b);
-  hp.exp_flags = std::getenv("ORTHROS_FWD_EXP") ? std::atoi(std::getenv("ORTHROS_FWD_EXP")) : 0;  // EXPERIMENT
   hp.nbands = static_cast<int>((gx + b - 1) / b);
   hp.band_div = FastDiv::of(hp.band);
   hp.nbands_div = FastDiv::of(hp.nbands);
@@ -598,13 +595,16 @@ void launch_d(int nwg, bool det, HopperParams& hp, long long gx, int band, cudaS
 }  // namespace
 
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, int band, cudaStream_t stream) {
+                           const HopperGeometry& geo, long long gx, const HopperSchedule& sched,
+                           cudaStream_t stream) {
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
-  require(band >= 0, "internal: band ", band, " (>= 0)");
+  require(sched.band >= 0, "internal: band ", sched.band, " (>= 0)");
+  require(sched.ring_min_tiles >= 0, "internal: ring_min_tiles ", sched.ring_min_tiles, " (>= 0)");
   dispatch_hopper_types(dtype, D, "Hopper kernel", [&](auto t, auto d) {
     constexpr int Dc = decltype(d)::value;
     HopperParams hp = make_params(dtype, Dc, nwg, kp, geo);
-    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx, band, stream);
+    hp.ring_min_tiles = sched.ring_min_tiles;
+    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx, sched.band, stream);
   });
 }
 

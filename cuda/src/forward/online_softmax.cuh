@@ -10,47 +10,49 @@ namespace orthros::cuda::detail {
 
 
 /// One 16-row block's step of the online softmax over a KV tile (log2 domain), shared by the
-/// mma.sync and the wgmma kernels so their per-row arithmetic is the same source: scale the scores
-/// s (m16n8 C layout, NT 8-key groups; this thread's rows g and g+8 are h = 0, 1), mask keys
-/// outside [lo[h], hi[h]] (skipped when `full`: every row of the warp sees the whole tile), update
-/// the running max m and sum l and leave P = exp2(s - m) in s; returns in `alpha` the factor the
-/// output accumulator must be scaled by (rescale_rows) before P V is added. `kbase` is the key
-/// index of column 2c of group 0. A tile outside a row's range is an exact no-op on that row's
-/// state (alpha = 1, p = 0).
-template <int NT, bool kFma = false>
+/// mma.sync and the wgmma kernels so their per-row arithmetic is the same source. In: the scores
+/// s = q.k (m16n8 C layout, NT 8-key groups; this thread's rows g and g+8 are h = 0, 1), each row's
+/// key range [lo[h], hi[h]], `kbase` the key index of column 2c of group 0, `full` true when every
+/// row of the warp sees the whole tile, scale_log2 = scale * log2(e). Updates the running max m
+/// (log2 domain) and sum l, leaves P = exp2(s scale_log2 - m) in s (0 outside the row's range), and
+/// returns in `alpha` the factor the output accumulator must be scaled by (rescale_rows) before
+/// P V is added. A tile outside a row's range is an exact no-op on that row's state (alpha = 1,
+/// p = 0).
+/// With a positive scale, where every key of a row that this thread holds is in the row's range
+/// (always where the row sees the whole tile), the exponent is one rounding, fma(s, scale_log2, -m)
+/// (FlashAttention's form: one FFMA per score). Elsewhere the score is scaled and rounded first,
+/// then m subtracted (the same FFMA with the multiplier 1, exact), so the row's largest score gets
+/// exp2(0) = 1 exactly: a row that sees one key (w = 1; never all of a thread's 2 NT keys of the
+/// tile) has P = 1 and o = v exactly (SPEC §4). The form is a function of the row's range and the
+/// key's place in the tile, not of the warp's other rows: a row gets the same bits in every kernel
+/// family and regime. The row max is the same float in both forms: rounding is monotone, so
+/// max_j fl(s_j c) = fl(c max_j s_j) for c > 0.
+template <int NT>
 __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                       const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
                                                       float scale_log2, float (&alpha)[2]) {
-  // Key kbase + j*8 + (e&1) is in [lo, hi] iff its column j*8 + (e&1) (a constant) is in
-  // [lo - kbase, hi - kbase]: the same test, one compare per bound.
-  const int lor[2] = {lo[0] - kbase, lo[1] - kbase}, hir[2] = {hi[0] - kbase, hi[1] - kbase};
-  if (kFma) {
-    if (!full) {
+  float mult[2] = {scale_log2, scale_log2};  // per row: scale_log2 on raw scores, 1 on scaled ones
+  if (!full || !(scale_log2 > 0.f)) {
+    // Key kbase + j*8 + (e&1) is in [lo, hi] iff its column j*8 + (e&1) (a constant) is in
+    // [lo - kbase, hi - kbase]: the same test, one compare per bound.
+    const int lor[2] = {lo[0] - kbase, lo[1] - kbase}, hir[2] = {hi[0] - kbase, hi[1] - kbase};
+    bool raw[2];  // every key of row h that this thread holds (columns 0 .. (NT - 1) * 8 + 1) is in range
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1, col = j * 8 + (e & 1);
-          if (col < lor[h] || col > hir[h]) s[j][e] = kNegInf;
-        }
+    for (int h = 0; h < 2; ++h) {
+      raw[h] = scale_log2 > 0.f && lor[h] <= 0 && hir[h] >= (NT - 1) * 8 + 1;
+      if (!raw[h]) mult[h] = 1.f;
     }
-  } else if (full) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], scale_log2);
-  } else {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, col = j * 8 + (e & 1);
         const float v = __fmul_rn(s[j][e], scale_log2);
-        s[j][e] = (col < lor[h] || col > hir[h]) ? kNegInf : v;
+        if (!raw[h]) s[j][e] = (col < lor[h] || col > hir[h]) ? kNegInf : v;
       }
   }
   // Row maxima as a pairwise tree (max is exact and order-free: the same value as a running max,
-  // with a dependency depth of log2(2 NT) instead of 2 NT).
+  // with a dependency depth of log2(2 NT) instead of 2 NT), a raw row's scaled once.
   static_assert((NT & (NT - 1)) == 0, "the pairwise max needs a power-of-two number of 8-key groups");
   float mx[2];
 #pragma unroll
@@ -62,7 +64,7 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
     for (int w = NT / 2; w >= 1; w /= 2)
 #pragma unroll
       for (int j = 0; j < w; ++j) t[j] = fmaxf(t[j], t[j + w]);
-    mx[h] = kFma ? __fmul_rn(t[0], scale_log2) : t[0];
+    mx[h] = __fmul_rn(t[0], mult[h]);
   }
   float muse[2];
 #pragma unroll
@@ -79,7 +81,7 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float pe = fast_exp2(kFma ? __fmaf_rn(s[j][e], scale_log2, -muse[e >> 1]) : __fsub_rn(s[j][e], muse[e >> 1]));
+      const float pe = fast_exp2(__fmaf_rn(s[j][e], mult[e >> 1], -muse[e >> 1]));
       s[j][e] = pe;
       rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
     }
