@@ -153,8 +153,7 @@ TEST(GpuAttention, HopperMatchesGeneric) {
 // prefixes that shift the blocks against the tiles; prefill, PT and SFT. Launches with more block
 // indices than a quarter-grid (PT T = 900 here: 38 indices in bands of 19; prefill 8K: bands of 33,
 // the last one padded) deal their items in several bands (launch_hopper_forward); the ctest run
-// with the suffix .band7ring forces bands of 7 on every launch and the fast mode's turn ring on
-// every item with all its rows.
+// with the suffix .band7 forces bands of 7 on every launch.
 TEST(GpuAttention, HopperWindowsAndGroupsMatchGeneric) {
   ORTHROS_REQUIRE_GPU();
   if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";

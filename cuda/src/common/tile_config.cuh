@@ -59,12 +59,6 @@ struct HopperStages {
 /// where one head's K/V is 16.8 MB, the two orders measured the same (16.84 / 16.81 ms, the mean of
 /// 4 / 6 medians), so L2 locality did not lose. bench/results/2026-12-06-fwd-order.md.
 constexpr int kHopperBandsPerRound = 4;
-/// The fast mode's turn ring (forward/attention_hopper.cu: the three warpgroups issue their
-/// products in turn, FlashAttention-3's ping-pong) runs on the items of at least this many 64-key
-/// tiles whose 192 rows are all present. On an H100 (bench/results/2026-12-06-fwd-pipe.md), the
-/// ring on every item: PT 32K 3 % faster, PT 8K the same, prefill 8 % slower (items of 3-4 tiles,
-/// where the lockstep costs more than it feeds).
-constexpr int kHopperRingMinTiles = 32;
 /// Register split of the warp-specialized kernel (setmaxnreg): the producer warpgroup (one warp of
 /// it loads) keeps 24 registers per thread and gives the rest to the consumers' accumulators:
 /// 24 + NWG * 160 per thread slot fits the 64K-register file at NWG = 3.

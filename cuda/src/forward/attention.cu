@@ -110,30 +110,21 @@ struct Plan {
   int nsplit;   // output-stream splits
   bool split_chunked;
   int chunk_tiles;
-  HopperSchedule sched;  // Hopper kernel: item order and turn ring (hopper_schedule)
+  int band;  // Hopper kernel: the work items' band width, 0 = its default (hopper_item_band)
 };
 
-/// The integer in environment variable `name`, `fallback` when it is unset or empty.
-/// \throws orthros::Error when it is not an integer in [0, 2^30).
-int env_count(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  require(*end == '\0' && v >= 0 && v < (1L << 30), name, " must be an integer in [0, 2^30), got '", e, "'");
-  return static_cast<int>(v);
-}
-
-/// The Hopper kernel's schedule (launch_hopper_forward): the defaults, unless ORTHROS_FWD_BAND=n
-/// forces bands of n block indices (1 = KV head fastest) or ORTHROS_FWD_RING_MIN_TILES=n the turn
-/// ring's item length (0: every item with all its rows); for tests and measurements.
-/// \throws orthros::Error on a value that is not an integer in [0, 2^30).
-HopperSchedule hopper_schedule() {
-  static const HopperSchedule forced = [] {
-    HopperSchedule s;
-    s.band = env_count("ORTHROS_FWD_BAND", s.band);
-    s.ring_min_tiles = env_count("ORTHROS_FWD_RING_MIN_TILES", s.ring_min_tiles);
-    return s;
+/// The Hopper kernel's item order (launch_hopper_forward's `band`): 0, the kernel's default, unless
+/// ORTHROS_FWD_BAND=n (>= 0) forces n (tests and measurements; 1 = KV head fastest).
+/// \throws orthros::Error on another value of ORTHROS_FWD_BAND.
+int hopper_item_band() {
+  static const int forced = [] {
+    const char* e = std::getenv("ORTHROS_FWD_BAND");
+    if (!e || !*e) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    require(*end == '\0' && v >= 0 && v < (1L << 30), "ORTHROS_FWD_BAND must be an integer in [0, 2^30), got '", e,
+            "'");
+    return static_cast<int>(v);
   }();
   return forced;
 }
@@ -169,7 +160,7 @@ Plan make_plan(const AttentionConfig& c, const BatchLayout& b) {
     p.bn = kSimtBN;
   }
   p.chunk_tiles = kDeterministicChunk / p.bn;
-  if (p.hopper) p.sched = hopper_schedule();
+  p.band = p.hopper ? hopper_item_band() : 0;
   std::int64_t out_ctas = 0;
   for (int i = 0; i < b.batch(); ++i)
     out_ctas += (std::int64_t(b.out_lens[i]) * group + p.bm - 1) / p.bm * c.num_kv_heads;
@@ -318,7 +309,7 @@ void run(const AttentionConfig& c, const BatchLayout& b, const AttentionBuffers&
     require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
     if (pl.hopper)
       launch_hopper_forward(c.dtype, D, pl.nw, c.deterministic, kp,
-                            HopperGeometry{b.batch() * buf.capacity, b.total_q(), b.total_out()}, gx, pl.sched,
+                            HopperGeometry{b.batch() * buf.capacity, b.total_q(), b.total_out()}, gx, pl.band,
                             stream);
     else
       launch_main<T>(pl, c.deterministic, D, kp, dim3(static_cast<unsigned>(gx), c.num_kv_heads, ns), stream);

@@ -80,7 +80,6 @@ struct HopperParams {
   CUtensorMap tm_k, tm_v;     // [kv rows][H_kv * D], box 64 x 64
   CUtensorMap tm_q, tm_qo;    // [tokens][H_q][D], box 64 x group x (BM / group)
   int tma_kv, tma_q;          // 0: cp.async for every K/V tile / every Q block
-  int ring_min_tiles;          // fast mode: the turn ring on items of at least this many tiles
   int band, nbands;            // item order (split_item): bands of `band` block indices, nbands per sequence
   FastDiv band_div, hkv_div, nbands_div;  // item -> (x, KV head, sequence) when the launch has < 2^31 items
 };
@@ -247,7 +246,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   // tile's P V instead (the pipelined loop below).
   constexpr int kTurnBar = kBarTurnRing;
   const int turn_next = kTurnBar + (wg + 1) % NWG;
-  if (wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
+  if (DET && wg == NWG - 1) named_bar_arrive(kTurnBar, 256);
   uint32_t ring = 0, qn = 0;
   for (long long round = 0;; ++round) {
     const long long item = sched.item_at(round);
@@ -360,19 +359,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       // passed through the ring. Prologue (tile a's S and softmax), steady state, epilogue (tile
       // b's P V): no branch around a wgmma, which ptxas would serialize.
       const int a = gactive ? max(w.tb, gtb) : w.te + 1, b = gactive ? min(w.te, gte) : w.te;
-      // The turn ring (above) on the items of at least hp.ring_min_tiles tiles whose rows fill
-      // every warpgroup (kHopperRingMinTiles; the same answer in every warpgroup: the same item).
-      const bool xring = w.te - w.tb + 1 >= hp.ring_min_tiles && r1 - r0 + 1 > (NWG - 1) * kHopperWarpgroupRows;
       auto softmax = [&](float (&sacc)[NT][4], int tt, float (&alpha)[2]) {
         online_softmax_scores(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
       };
       auto pass = [&]() {
         const int s = ring % STAGES;
         mbar_wait(&full[s], (ring / STAGES) & 1);
-        if (xring) {
-          named_bar_sync(kTurnBar + wg, 256);
-          named_bar_arrive(turn_next, 256);
-        }
         mbar_arrive(&empty[s]);
         ++ring;
       };
@@ -389,10 +381,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         float sacc[NT][4], alpha[2];
         uint32_t pa[BN / 16][4];
         int pend = wait_tile(a);  // the stage whose P V (P in pa) is still to run
-        if (xring) named_bar_sync(kTurnBar + wg, 256);
         issue_s(pend, sacc);
         wgmma_commit();
-        if (xring) named_bar_arrive(turn_next, 256);
         wgmma_wait<0>();
         fence_regs(sacc);
         softmax(sacc, a, alpha);
@@ -400,12 +390,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         for (int kk = 0; kk < BN / 16; ++kk) pack_a<T>(pa[kk], sacc[2 * kk], sacc[2 * kk + 1]);
         for (int tt = a + 1; tt <= b; ++tt) {
           const int s = wait_tile(tt);
-          if (xring) named_bar_sync(kTurnBar + wg, 256);
           issue_s(s, sacc);
           wgmma_commit();
           issue_pv(pend, pa);
           wgmma_commit();
-          if (xring) named_bar_arrive(turn_next, 256);
           wgmma_wait<1>();  // S done; the P V may still run
           fence_regs(sacc);
           softmax(sacc, tt, alpha);
@@ -442,7 +430,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     }
     store_tile_rows<T, DT>(p, sd, w, kvh, wr0, rv, m, l, oacc, false);
   }
-  if (wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
+  if (DET && wg == 0) named_bar_sync(kTurnBar, 256);  // the last warpgroup's final hand-over
 }
 
 bool hopper_kernel_available() {
@@ -595,16 +583,13 @@ void launch_d(int nwg, bool det, HopperParams& hp, long long gx, int band, cudaS
 }  // namespace
 
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, const HopperSchedule& sched,
-                           cudaStream_t stream) {
+                           const HopperGeometry& geo, long long gx, int band, cudaStream_t stream) {
   require(gx < (1LL << 31), "internal: grid too large (", gx, " blocks)");
-  require(sched.band >= 0, "internal: band ", sched.band, " (>= 0)");
-  require(sched.ring_min_tiles >= 0, "internal: ring_min_tiles ", sched.ring_min_tiles, " (>= 0)");
+  require(band >= 0, "internal: band ", band, " (>= 0)");
   dispatch_hopper_types(dtype, D, "Hopper kernel", [&](auto t, auto d) {
     constexpr int Dc = decltype(d)::value;
     HopperParams hp = make_params(dtype, Dc, nwg, kp, geo);
-    hp.ring_min_tiles = sched.ring_min_tiles;
-    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx, sched.band, stream);
+    launch_d<typename decltype(t)::type, Dc>(nwg, deterministic, hp, gx, band, stream);
   });
 }
 

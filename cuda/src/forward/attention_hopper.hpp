@@ -52,23 +52,13 @@ inline bool tma_query_maps_fit(int group, const HopperGeometry& geo) {
   return 64 % group == 0 && geo.total_q < (1LL << 31) && geo.total_out < (1LL << 31);
 }
 
-/// How the Hopper kernel deals and runs its work items: `band`, the items' band width (0: the
-/// default, kHopperBandsPerRound bands per round of the grid); `ring_min_tiles`, the fast mode's
-/// turn ring on the items of at least that many 64-key tiles with all their rows (0: on every
-/// such item; kHopperRingMinTiles by default).
-struct HopperSchedule {
-  int band = 0;
-  int ring_min_tiles = kHopperRingMinTiles;
-};
-
 /// Launches the warp-specialized wgmma kernel over the work items (x, KV head, sequence) of one
 /// launch, x < gx (make_work_at's enumeration; BM = hopper_block_rows(nwg), BN = 64), as a
-/// persistent grid. The items are dealt in bands of `sched.band` block indices x, band-major, then
-/// KV head (HopperSchedule). dtype bf16/f16, D 64/128, nwg 3, band >= 0, ring_min_tiles >= 0;
-/// throws orthros::Error otherwise, CudaError when a TMA descriptor cannot be encoded or the
-/// launch fails.
+/// persistent grid. The items are dealt in bands of `band` block indices x, band-major, then KV
+/// head (0: the default width, kHopperBandsPerRound bands per round of the grid). dtype bf16/f16,
+/// D 64/128, nwg 3, band >= 0; throws orthros::Error otherwise, CudaError when a TMA descriptor
+/// cannot be encoded or the launch fails.
 void launch_hopper_forward(DType dtype, int D, int nwg, bool deterministic, const KernelParams& kp,
-                           const HopperGeometry& geo, long long gx, const HopperSchedule& sched,
-                           cudaStream_t stream);
+                           const HopperGeometry& geo, long long gx, int band, cudaStream_t stream);
 
 }  // namespace orthros::cuda::detail

@@ -76,17 +76,23 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
     alpha[h] = fast_exp2(__fsub_rn(m[h], muse[h]));
     m[h] = mn;
   }
-  float rs[2] = {0.f, 0.f};
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float pe = fast_exp2(__fmaf_rn(s[j][e], mult[e >> 1], -muse[e >> 1]));
-      s[j][e] = pe;
-      rs[e >> 1] = __fadd_rn(rs[e >> 1], pe);
-    }
+    for (int e = 0; e < 4; ++e) s[j][e] = fast_exp2(__fmaf_rn(s[j][e], mult[e >> 1], -muse[e >> 1]));
+  // This thread's part of each row sum as a pairwise tree, in a fixed order (dependency depth
+  // log2(2 NT) instead of 2 NT); the quad's parts are added when the row is finished.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), rs[h]);
+  for (int h = 0; h < 2; ++h) {
+    float t[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) t[j] = __fadd_rn(s[j][2 * h], s[j][2 * h + 1]);
+#pragma unroll
+    for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+      for (int j = 0; j < w; ++j) t[j] = __fadd_rn(t[j], t[j + w]);
+    l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), t[0]);
+  }
 }
 
 /// o[j][e] *= alpha[row of e] (the accumulator layout of online_softmax_scores). Skipped when
