@@ -11,10 +11,10 @@ ncu --query-metrics --chip gh100 2>/dev/null | grep -iE "gmma|pipe_tensor" | hea
 for c in pt_T32K prefill_T128K; do
   log="$OUTDIR/ncu_$c.txt"
   timeout 200 ncu --clock-control none --set full --kernel-name regex:hopper_attn_kernel --launch-skip 2 --launch-count 1 \
-    --metrics "regex:sm__pipe_tensor_op_gmma_cycles_active.*,regex:sm__inst_executed_pipe_tensor_op_gmma.*" \
+    --metrics "sm__pipe_tensor_cycles_active_realtime.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active_realtime.avg.pct_of_peak_sustained_active" \
     "$BIN/bench_attention_gpu" --runs 1 --only $c > "$log" 2>&1
   echo "== ncu $c: exit $?"
-  grep -E "gmma|Tensor|Duration|SM Busy|Issue Slots Busy|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|L1/TEX Cache Throughput|L2 Hit Rate|highest utilized|Warp Cycles Per Issued|No Eligible|Theoretical Occupancy" "$log" \
+  grep -E "realtime|Tensor|Duration|SM Busy|Issue Slots Busy|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|L1/TEX Cache Throughput|L2 Hit Rate|highest utilized|Warp Cycles Per Issued|No Eligible|Theoretical Occupancy" "$log" \
     | grep -vE "^\s+(OPT|INF|WRN)" | sed 's/  */ /g' | head -24
   grep -E "stalled|stall" "$log" | grep -E "cycles being stalled|represents about" | sed 's/  */ /g' | head -6
 done
