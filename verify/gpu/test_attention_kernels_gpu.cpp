@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
 
 using namespace orthros;
 using namespace orthros::gputest;
@@ -23,22 +26,25 @@ namespace {
 // on the H200). The deterministic mode relies on it: under KernelPath::automatic decode launches
 // run the generic 1-warp kernel and the others the Hopper kernel. Fast mode with a fixed split
 // count (the automatic count depends on the kernel's row-block size).
+// `scale`: a custom softmax scale (AttentionConfig::scale), else the default 1/sqrt(D).
 template <typename S>
 void hopper_vs_generic(const AttentionDims& d, Eigen::Index T, Eigen::Index P, Eigen::Index T_out, std::int64_t w,
-                       bool det, std::uint64_t seed) {
-  SCOPED_TRACE(describe(d, T, P, T_out, w, det, 1, seed));
+                       bool det, std::uint64_t seed, std::optional<double> scale = std::nullopt) {
+  SCOPED_TRACE(describe(d, T, P, T_out, w, det, 1, seed) + (scale ? " scale=" + std::to_string(*scale) : ""));
   Rng rng(seed);
   const auto in = make_case<S>(rng, d, T, P, T_out);
   cuda::AttentionConfig cfg;
   cfg.window = w;
   cfg.deterministic = det;
   cfg.num_splits = 1;
+  cfg.scale = scale;
   cfg.kernel = cuda::KernelPath::hopper;
   const auto h = run_gpu1(in, d, cfg);
   cfg.kernel = cuda::KernelPath::generic;
   const auto g = run_gpu1(in, d, cfg);
   AttentionOptions opt;
   opt.window = w;
+  opt.scale = scale;
   for (const auto* r : {&h, &g}) {
     const auto oc = check_vs_oracle<S>(in, *r, d, opt);
     EXPECT_TRUE(oc.pass) << (r == &h ? "hopper" : "generic") << "\n" << oc.report;
@@ -167,3 +173,21 @@ TEST(GpuAttention, HopperWindowsAndGroupsMatchGeneric) {
   hopper_vs_generic<Eigen::bfloat16>(AttentionDims{32, 8, 128}, 8192, 0, 1, 128, false, seed++);  // prefill 8K
 }
 
+
+// A custom softmax scale: positive, negative and zero. The exponent's form depends on its sign
+// (online_softmax_scores: one FMA on the keys of rows that a thread holds in full when the scale is
+// positive; scale, round, then subtract otherwise), so each form is checked against the oracle
+// and bitwise between the families, in both modes and in the regimes that take the masked path
+// (prefill windows, decode) and the full-tile one (PT).
+TEST(GpuAttention, CustomScalesMatchGenericAndOracle) {
+  ORTHROS_REQUIRE_GPU();
+  if (!cuda::hopper_kernels_available()) GTEST_SKIP() << "no sm_90 GPU: the Hopper kernel does not apply";
+  std::uint64_t seed = 70;
+  for (const double scale : {0.3, -0.09, 0.0}) {
+    for (const bool det : {false, true}) {
+      hopper_vs_generic<Eigen::bfloat16>(AttentionDims{8, 2, 128}, 700, 0, 700, 128, det, seed++, scale);  // PT
+      hopper_vs_generic<Eigen::half>(AttentionDims{7, 1, 64}, 333, 50, 1, 40, det, seed++, scale);  // prefill, GQA 7
+    }
+    hopper_vs_generic<Eigen::bfloat16>(AttentionDims{4, 1, 128}, 1, 3000, 1, 128, true, seed++, scale);  // decode
+  }
+}
