@@ -96,6 +96,18 @@ inline cuda::KernelPath test_kernel_path() {
   throw std::runtime_error("ORTHROS_TEST_KERNEL must be generic, hopper or automatic (got '" + v + "')");
 }
 
+/// The sequences `seqs` uploaded into one forward AttentionCase (sequence b's rows from its
+/// q_row / out_row / cache_row) with window `window` and `slack` NaN-poisoned cache rows.
+template <typename S>
+gpu_harness::AttentionCase upload_case(const std::vector<SeqIn<S>>& seqs, const AttentionDims& dims, std::int64_t window,
+                                       Eigen::Index slack) {
+  gpu_harness::CaseShape shape{dims.num_q_heads, dims.num_kv_heads, dims.head_dim, window, int(sizeof(S)), {}};
+  for (const auto& s : seqs) shape.seqs.push_back({s.q.rows(), s.k.rows() - s.q.rows(), s.q_out.rows()});
+  gpu_harness::AttentionCase c(shape, dtype_of<S>(), false, slack);
+  for (size_t b = 0; b < seqs.size(); ++b) c.upload_sequence(int(b), seqs[b].q, seqs[b].k, seqs[b].v, seqs[b].q_out);
+  return c;
+}
+
 /// Runs attention_forward on a ragged batch through an AttentionCase (each sequence's cache
 /// holds its own k/v rows; the capacity has `slack` extra rows poisoned with NaN, which the
 /// kernels must never read). The outputs are NaN-poisoned before the launch and every buffer's
@@ -104,10 +116,7 @@ template <typename S>
 std::vector<SeqOut<S>> run_gpu(const std::vector<SeqIn<S>>& seqs, const AttentionDims& dims, cuda::AttentionConfig cfg,
                                Eigen::Index slack = 37) {
   if (cfg.kernel == cuda::KernelPath::automatic) cfg.kernel = test_kernel_path();
-  gpu_harness::CaseShape shape{dims.num_q_heads, dims.num_kv_heads, dims.head_dim, cfg.window, int(sizeof(S)), {}};
-  for (const auto& s : seqs) shape.seqs.push_back({s.q.rows(), s.k.rows() - s.q.rows(), s.q_out.rows()});
-  gpu_harness::AttentionCase c(shape, dtype_of<S>(), false, slack);
-  for (size_t b = 0; b < seqs.size(); ++b) c.upload_sequence(int(b), seqs[b].q, seqs[b].k, seqs[b].v, seqs[b].q_out);
+  gpu_harness::AttentionCase c = upload_case(seqs, dims, cfg.window, slack);
   cfg = c.config(cfg);
   // Calls alternate in pairs between a caller workspace (attention_workspace_bytes, NaN-poisoned:
   // the split-KV states must be written before merge_kernel reads them) and the library's internal

@@ -67,10 +67,7 @@ void float32_output_stream(const AttentionDims& d, Eigen::Index T, Eigen::Index 
   SCOPED_TRACE(describe(d, T, P, T_out, w, det, splits, seed) + (path == cuda::KernelPath::generic ? " generic" : ""));
   Rng rng(seed);
   const auto in = make_case<S>(rng, d, T, P, T_out);
-  gpu_harness::CaseShape shape{d.num_q_heads, d.num_kv_heads, d.head_dim, w, int(sizeof(S)), {}};
-  shape.seqs.push_back({T, P, T_out});
-  gpu_harness::AttentionCase c(shape, dtype_of<S>(), false, 37);
-  c.upload_sequence(0, in.q, in.k, in.v, in.q_out);
+  gpu_harness::AttentionCase c = upload_case<S>({in}, d, w, 37);
   cuda::AttentionConfig base;
   base.window = w;
   base.deterministic = det;

@@ -306,19 +306,28 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_tb<T, D>(oacc, pa[kk], desc_advance(dv, kk * 16 * 64 * sizeof(T)), 1);
     };
+    // The ring stage of the item's next tile, once the producer has filled it.
+    auto next_stage = [&]() {
+      const int s = ring % STAGES;
+      mbar_wait(&full[s], (ring / STAGES) & 1);
+      ++ring;
+      return s;
+    };
+    // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
+    auto fence_cp_async_tile = [&](int tt) {
+      if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
+    };
     auto full_tile = [&](int tt) {
       const int k0 = tt * BN, k1 = tt * BN + BN - 1;
       return __all_sync(0xffffffffu, (lo[0] <= k0) & (hi[0] >= k1) & (lo[1] <= k0) & (hi[1] >= k1));
     };
     if constexpr (DET) {
-      for (int tt = w.tb; tt <= w.te; ++tt, ++ring) {
-        const int s = ring % STAGES;
-        mbar_wait(&full[s], (ring / STAGES) & 1);
+      for (int tt = w.tb; tt <= w.te; ++tt) {
+        const int s = next_stage();
         named_bar_sync(kTurnBar + wg, 256);
         if (!(gactive && tt >= gtb && tt <= gte)) named_bar_arrive(turn_next, 256);
         if (gactive && tt >= gtb && tt <= gte) {
-          // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
-          if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
+          fence_cp_async_tile(tt);
           if (!w.split) {
             const int chunk = tt / kChunkTiles;
             if (chunk != cur_chunk) {
@@ -362,18 +371,10 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       auto softmax = [&](float (&sacc)[NT][4], int tt, float (&alpha)[2]) {
         online_softmax_scores(sacc, m, l, lo, hi, tt * BN + 2 * c, full_tile(tt), p.scale_log2, alpha);
       };
-      auto pass = [&]() {
-        const int s = ring % STAGES;
-        mbar_wait(&full[s], (ring / STAGES) & 1);
-        mbar_arrive(&empty[s]);
-        ++ring;
-      };
+      auto pass = [&]() { mbar_arrive(&empty[next_stage()]); };
       auto wait_tile = [&](int tt) {
-        const int s = ring % STAGES;
-        mbar_wait(&full[s], (ring / STAGES) & 1);
-        ++ring;
-        // A tile loaded by cp.async (generic proxy) needs a proxy fence before wgmma reads it.
-        if (!hp.tma_kv || (long long)tt * BN + BN > sd.cache_len) fence_proxy_async();
+        const int s = next_stage();
+        fence_cp_async_tile(tt);
         return s;
       };
       for (int tt = w.tb; tt < a; ++tt) pass();

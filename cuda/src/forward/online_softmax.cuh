@@ -27,6 +27,21 @@ namespace orthros::cuda::detail {
 /// key's place in the tile, not of the warp's other rows: a row gets the same bits in every kernel
 /// family and regime. The row max is the same float in both forms: rounding is monotone, so
 /// max_j fl(s_j c) = fl(c max_j s_j) for c > 0.
+/// Row h's 2 NT values of this thread (s[j][2h], s[j][2h + 1]) reduced by `op` as a pairwise tree
+/// in a fixed order: pairs first, then halves (dependency depth log2(2 NT) instead of 2 NT).
+template <int NT, typename Op>
+__device__ __forceinline__ float row_tree(const float (&s)[NT][4], int h, Op op) {
+  static_assert((NT & (NT - 1)) == 0, "the pairwise tree needs a power-of-two number of 8-key groups");
+  float t[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) t[j] = op(s[j][2 * h], s[j][2 * h + 1]);
+#pragma unroll
+  for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+    for (int j = 0; j < w; ++j) t[j] = op(t[j], t[j + w]);
+  return t[0];
+}
+
 template <int NT>
 __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&m)[2], float (&l)[2],
                                                       const int (&lo)[2], const int (&hi)[2], int kbase, bool full,
@@ -51,21 +66,12 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
         if (!raw[h]) s[j][e] = (col < lor[h] || col > hir[h]) ? kNegInf : v;
       }
   }
-  // Row maxima as a pairwise tree (max is exact and order-free: the same value as a running max,
-  // with a dependency depth of log2(2 NT) instead of 2 NT), a raw row's scaled once.
-  static_assert((NT & (NT - 1)) == 0, "the pairwise max needs a power-of-two number of 8-key groups");
+  // Row maxima as a pairwise tree (max is exact and order-free: the same value as a running max),
+  // a raw row's scaled once.
+  const auto max_op = [](float x, float y) { return fmaxf(x, y); };
   float mx[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float t[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) t[j] = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
-#pragma unroll
-    for (int w = NT / 2; w >= 1; w /= 2)
-#pragma unroll
-      for (int j = 0; j < w; ++j) t[j] = fmaxf(t[j], t[j + w]);
-    mx[h] = __fmul_rn(t[0], mult[h]);
-  }
+  for (int h = 0; h < 2; ++h) mx[h] = __fmul_rn(row_tree(s, h, max_op), mult[h]);
   float muse[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -80,19 +86,11 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = fast_exp2(__fmaf_rn(s[j][e], mult[e >> 1], -muse[e >> 1]));
-  // This thread's part of each row sum as a pairwise tree, in a fixed order (dependency depth
-  // log2(2 NT) instead of 2 NT); the quad's parts are added when the row is finished.
+  // This thread's part of each row sum, a pairwise tree in a fixed order; the quad's parts are
+  // added when the row is finished.
+  const auto add_op = [](float x, float y) { return __fadd_rn(x, y); };
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float t[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) t[j] = __fadd_rn(s[j][2 * h], s[j][2 * h + 1]);
-#pragma unroll
-    for (int w = NT / 2; w >= 1; w /= 2)
-#pragma unroll
-      for (int j = 0; j < w; ++j) t[j] = __fadd_rn(t[j], t[j + w]);
-    l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), t[0]);
-  }
+  for (int h = 0; h < 2; ++h) l[h] = __fadd_rn(__fmul_rn(l[h], alpha[h]), row_tree(s, h, add_op));
 }
 
 /// o[j][e] *= alpha[row of e] (the accumulator layout of online_softmax_scores). Skipped when
