@@ -1,0 +1,80 @@
+// A second stream beside the caller's, for the kernels of one call that may run at the same time
+// (the backward's dq and dk/dv kernels: backward/attention_backward.cu). Host code.
+#pragma once
+
+#include "common/device.cuh"
+
+#include <map>
+
+namespace orthros::cuda::detail {
+
+/// Runs part of a call on a second stream of the current device, beside the caller's stream
+/// `main`. The constructor makes the side stream wait for everything queued on `main` so far (the
+/// fork); join() makes `main` wait for everything queued on the side stream since (the join), and
+/// the destructor joins when an exception skipped join() (errors ignored there). Both are event
+/// record/wait pairs, so the pattern can be captured into a CUDA graph. One non-blocking stream
+/// and two events per host thread and device, created on first use and kept for the thread's life.
+/// \throws CudaError from the CUDA calls.
+class SideStream {
+ public:
+  explicit SideStream(cudaStream_t main) : main_(main) {
+    Resources& r = resources();
+    side_ = r.stream;
+    joined_ = r.joined;
+    check(cudaEventRecord(r.forked, main_), "cudaEventRecord(fork)");
+    check(cudaStreamWaitEvent(side_, r.forked, 0), "cudaStreamWaitEvent(fork)");
+  }
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  ~SideStream() {
+    if (pending_) {
+      cudaEventRecord(joined_, side_);
+      cudaStreamWaitEvent(main_, joined_, 0);
+    }
+  }
+  cudaStream_t get() const { return side_; }
+  void join() {
+    pending_ = false;
+    check(cudaEventRecord(joined_, side_), "cudaEventRecord(join)");
+    check(cudaStreamWaitEvent(main_, joined_, 0), "cudaStreamWaitEvent(join)");
+  }
+
+ private:
+  struct Resources {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t forked = nullptr, joined = nullptr;
+  };
+  struct Cache {
+    std::map<int, Resources> by_device;
+    ~Cache() {
+      for (auto& [dev, r] : by_device) {
+        cudaEventDestroy(r.forked);
+        cudaEventDestroy(r.joined);
+        cudaStreamDestroy(r.stream);
+      }
+    }
+  };
+  static Resources& resources() {
+    thread_local Cache cache;
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    auto it = cache.by_device.find(dev);
+    if (it != cache.by_device.end()) return it->second;
+    Resources r;
+    check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    const cudaError_t e1 = cudaEventCreateWithFlags(&r.forked, cudaEventDisableTiming);
+    const cudaError_t e2 = e1 == cudaSuccess ? cudaEventCreateWithFlags(&r.joined, cudaEventDisableTiming) : e1;
+    if (e2 != cudaSuccess) {
+      if (r.forked) cudaEventDestroy(r.forked);
+      cudaStreamDestroy(r.stream);
+      check(e2, "cudaEventCreateWithFlags");
+    }
+    return cache.by_device.emplace(dev, r).first->second;
+  }
+
+  cudaStream_t main_, side_;
+  cudaEvent_t joined_;
+  bool pending_ = true;
+};
+
+}  // namespace orthros::cuda::detail
