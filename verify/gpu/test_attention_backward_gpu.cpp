@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 using namespace orthros;
@@ -75,6 +76,41 @@ class BwdRunner {
   std::vector<BwdOut<S>> run(bool with_workspace = false) {
     case_.set_backward_workspace(with_workspace ? cuda::attention_backward_workspace_bytes(cfg_, case_.layout()) : 0);
     case_.backward(cfg_);
+    return download();
+  }
+
+  /// The same through a CUDA graph: the backward is captured on `stream` (a caller workspace),
+  /// the graph launched once.
+  std::vector<BwdOut<S>> run_graph(cudaStream_t stream) {
+    case_.set_backward_workspace(cuda::attention_backward_workspace_bytes(cfg_, case_.layout()));
+    case_.poison_gradients(stream);
+    check_cuda(cudaStreamSynchronize(stream), "poison");
+    check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    try {
+      cuda::attention_backward(cfg_, case_.layout(), case_.backward_buffers(), stream);
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(inst, "cudaGraphInstantiate");
+    const cudaError_t launched = cudaGraphLaunch(exec, stream);
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    cudaGraphExecDestroy(exec);
+    check_cuda(launched, "cudaGraphLaunch");
+    check_cuda(synced, "synchronize after the graph");
+    case_.check_canaries();
+    return download();
+  }
+
+ private:
+  std::vector<BwdOut<S>> download() const {
     const int Hq = case_.shape().num_q_heads, Hkv = case_.shape().num_kv_heads, D = case_.shape().head_dim;
     std::vector<BwdOut<S>> out(seqs_.size());
     for (size_t b = 0; b < seqs_.size(); ++b) {
@@ -93,7 +129,6 @@ class BwdRunner {
     return out;
   }
 
- private:
   static cuda::AttentionConfig with_test_path(cuda::AttentionConfig c) {
     if (c.kernel == cuda::KernelPath::automatic) c.kernel = test_kernel_path();
     return c;
@@ -324,6 +359,53 @@ TEST(GpuAttentionBackward, BitwiseAcrossBatchCompositions) {
   composition_case<Eigen::bfloat16>(128, 9600);
   composition_case<Eigen::half>(64, 9601);
   composition_case<float>(32, 9602);
+}
+
+// The backward captured into a CUDA graph gives the eager call's bits, both on a thread whose
+// first backward is the capture (it has no side stream yet, so every kernel goes on the capturing
+// stream) and after eager calls (the dq kernel on the side stream, forked and joined inside the
+// graph). dq/dq_out are compared where attention_backward_is_reproducible says so.
+TEST(GpuAttentionBackward, GraphCaptureMatchesEager) {
+  ORTHROS_REQUIRE_GPU();
+  const std::uint64_t seed = 9700;
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  Rng rng(seed);
+  AttentionDims dims{8, 2, 128};
+  const std::vector<BwdSeq<Eigen::bfloat16>> seqs{make_seq<Eigen::bfloat16>(rng, dims, 300, 300),
+                                                  make_seq<Eigen::bfloat16>(rng, dims, 130, 40)};
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  for (bool det : {false, true}) {
+    cuda::AttentionConfig cfg;
+    cfg.window = 64;
+    cfg.deterministic = det;
+    BwdRunner<Eigen::bfloat16> runner(seqs, dims, cfg);
+    const bool dq_fixed = cuda::attention_backward_is_reproducible(runner.config(), runner.layout());
+    const auto eager = runner.run(true);
+    std::vector<BwdOut<Eigen::bfloat16>> first_use;  // filled by the fresh thread
+    std::string thread_error;
+    std::thread fresh([&] {
+      try {
+        first_use = runner.run_graph(stream);
+      } catch (const std::exception& e) {
+        thread_error = e.what();
+      }
+    });
+    fresh.join();
+    ASSERT_TRUE(thread_error.empty()) << thread_error;
+    std::vector<BwdOut<Eigen::bfloat16>> warm = runner.run_graph(stream);
+    for (const std::vector<BwdOut<Eigen::bfloat16>>* got : {&first_use, &warm})
+      for (size_t b = 0; b < seqs.size(); ++b)
+        for (auto [x, y, n] : {std::tuple{&(*got)[b].dq, &eager[b].dq, "dq"},
+                               {&(*got)[b].dq_out, &eager[b].dq_out, "dq_out"}, {&(*got)[b].dk, &eager[b].dk, "dk"},
+                               {&(*got)[b].dv, &eager[b].dv, "dv"}}) {
+          if (!dq_fixed && n[1] == 'q') continue;
+          const std::string diff = bitwise(*x, *y, n);
+          EXPECT_TRUE(diff.empty()) << "det=" << det << (got == &warm ? " warm" : " first use") << ", seq " << b
+                                    << ": " << diff;
+        }
+  }
+  check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
 // ---- argument validation (host only: runs without a GPU) -----------------------------------------

@@ -13,12 +13,18 @@ namespace orthros::cuda::detail {
 /// fork); join() makes `main` wait for everything queued on the side stream since (the join), and
 /// the destructor joins when an exception skipped join() (errors ignored there). Both are event
 /// record/wait pairs, so the pattern can be captured into a CUDA graph. One non-blocking stream
-/// and two events per host thread and device, created on first use and kept for the thread's life.
+/// and two events per host thread and device, created on first use (outside a capture: a first
+/// use on a capturing stream runs everything on `main`) and kept for the thread's life.
 /// \throws CudaError from the CUDA calls.
 class SideStream {
  public:
-  explicit SideStream(cudaStream_t main) : main_(main) {
-    Resources& r = resources();
+  explicit SideStream(cudaStream_t main) : main_(main), side_(main) {
+    Resources* rp = resources(main);
+    if (!rp) {  // `main` is being captured and this thread has no side stream yet: run on `main`
+      pending_ = false;
+      return;
+    }
+    Resources& r = *rp;
     side_ = r.stream;
     joined_ = r.joined;
     check(cudaEventRecord(r.forked, main_), "cudaEventRecord(fork)");
@@ -54,12 +60,17 @@ class SideStream {
       }
     }
   };
-  static Resources& resources() {
+  /// This thread's resources on the current device, created on first use; null when they do not
+  /// exist yet and `main` is being captured (creating a stream there may invalidate the capture).
+  static Resources* resources(cudaStream_t main) {
     thread_local Cache cache;
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
     auto it = cache.by_device.find(dev);
-    if (it != cache.by_device.end()) return it->second;
+    if (it != cache.by_device.end()) return &it->second;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(main, &capturing), "cudaStreamIsCapturing");
+    if (capturing != cudaStreamCaptureStatusNone) return nullptr;
     Resources r;
     check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     const cudaError_t e1 = cudaEventCreateWithFlags(&r.forked, cudaEventDisableTiming);
@@ -69,7 +80,7 @@ class SideStream {
       cudaStreamDestroy(r.stream);
       check(e2, "cudaEventCreateWithFlags");
     }
-    return cache.by_device.emplace(dev, r).first->second;
+    return &cache.by_device.emplace(dev, r).first->second;
   }
 
   cudaStream_t main_, side_;
