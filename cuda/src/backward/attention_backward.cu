@@ -93,10 +93,11 @@ bool use_pipelined_dkdv(const AttentionConfig& c, const BatchLayout& b, bool fus
   return longest_out_rows(b) < kPipelinedMaxOutTokens;
 }
 
-/// Whether the dq and dk/dv kernels of a two-kernel call run on two streams at once (the dq
-/// kernel on a SideStream, launched after the dk/dv kernel): they read the same inputs and write
-/// different outputs, so the bits do not change, and the dq kernel's many short CTAs fill the SMs
-/// that the dk/dv kernel's last, partial wave leaves idle. `ORTHROS_BWD_CONCURRENT=0` / `1` forces it.
+/// Whether the dq and dk/dv kernels of a two-kernel call run on two streams at once (the dk/dv
+/// kernel on a SideStream, whose priority starts its CTAs first; the dq kernel on the caller's
+/// stream): they read the same inputs and write different outputs, so the bits do not change,
+/// and the dq kernel's shorter CTAs fill the SMs that the dk/dv kernel's last, partial wave
+/// leaves idle. `ORTHROS_BWD_CONCURRENT=0` / `1` forces it.
 bool use_concurrent_dq(bool run_dq, bool run_dkdv) {
   static const int forced = env_switch("ORTHROS_BWD_CONCURRENT");
   return run_dq && run_dkdv && forced != 0;
@@ -131,20 +132,20 @@ struct Parts {
 };
 
 /// The mma.sync kernels of one sequence group (dq: query-outer; dk/dv: KV-block-outer, 64 keys).
-/// dk/dv on `stream`, then dq on `dq_stream` (the same stream, or a SideStream).
+/// dk/dv on `kv_stream` (the same stream, or a SideStream), then dq on `stream`.
 template <typename T, int D>
-void launch_mma_bwd(const BwdParams& bp, bool dq, bool dkdv, dim3 grid_dq, dim3 grid_kv, cudaStream_t stream,
-                    cudaStream_t dq_stream) {
+void launch_mma_bwd(const BwdParams& bp, bool dq, bool dkdv, dim3 grid_dq, dim3 grid_kv, cudaStream_t kv_stream,
+                    cudaStream_t stream) {
   constexpr int dq_smem = static_cast<int>(sizeof(BwdDqSmem<T, D>));
   constexpr int kv_smem = static_cast<int>(sizeof(BwdKvSmem<T, D>));
   opt_in_shared_memory<mma_bwd_dq_kernel<T, D>>(dq_smem);
   opt_in_shared_memory<mma_bwd_dkdv_kernel<T, D>>(kv_smem);
   if (grid_kv.x > 0 && dkdv) {
-    mma_bwd_dkdv_kernel<T, D><<<grid_kv, 128, kv_smem, stream>>>(bp);
+    mma_bwd_dkdv_kernel<T, D><<<grid_kv, 128, kv_smem, kv_stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dkdv_kernel");
   }
   if (grid_dq.x > 0 && dq) {
-    mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, dq_stream>>>(bp);
+    mma_bwd_dq_kernel<T, D><<<grid_dq, 128, dq_smem, stream>>>(bp);
     ORTHROS_CUDA_LAUNCH_CHECK("mma_bwd_dq_kernel");
   }
 }
@@ -206,10 +207,10 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
   }
   const bool run_dq = only.dq && !fused_dq, run_dkdv = only.dkdv;
   const bool pipelined = use_pipelined_dkdv(c, b, fused_dq);
-  // The dq kernel beside the dk/dv kernel (joined before the caller's stream goes on).
+  // The dk/dv kernel beside the dq kernel (joined before the caller's stream goes on).
   std::optional<SideStream> side;
   if (use_concurrent_dq(run_dq, run_dkdv)) side.emplace(stream);
-  const cudaStream_t dq_stream = side ? side->get() : stream;
+  const cudaStream_t kv_stream = side ? side->get() : stream;
   const int bm = mma ? kBwdDqBM : kSimtBwdWarps;
   const int bn_kv = hopper ? kHopperBwdKeys : mma ? kBwdBN : kSimtBwdWarps;  // keys per dk/dv CTA
   int q_off = 0, out_off = 0;
@@ -236,11 +237,11 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
     const dim3 grid_kv(static_cast<unsigned>(gxk), 1, ns);
     if (!mma) {
       if (max_kv_blocks > 0 && run_dkdv) {
-        simt_bwd_dkdv_kernel<T><<<grid_kv, kSimtBwdWarps * 32, 0, stream>>>(bp);
+        simt_bwd_dkdv_kernel<T><<<grid_kv, kSimtBwdWarps * 32, 0, kv_stream>>>(bp);
         ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dkdv_kernel");
       }
       if (gx > 0 && run_dq) {
-        simt_bwd_dq_kernel<T><<<grid_dq, kSimtBwdWarps * 32, 0, dq_stream>>>(bp);
+        simt_bwd_dq_kernel<T><<<grid_dq, kSimtBwdWarps * 32, 0, stream>>>(bp);
         ORTHROS_CUDA_LAUNCH_CHECK("simt_bwd_dq_kernel");
       }
       continue;
@@ -252,7 +253,7 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
         static_assert(kBwdDqBM == kHopperBwdRows, "the post-pass grid counts the blocks of the accumulator");
         acc.seq0 = s0;
         if (run_dkdv && max_kv_blocks > 0)
-          launch_hopper_backward(c.dtype, bp, geo, grid_kv, fused_dq ? acc : DqAccumulator{}, pipelined, stream);
+          launch_hopper_backward(c.dtype, bp, geo, grid_kv, fused_dq ? acc : DqAccumulator{}, pipelined, kv_stream);
         if (run_dq) {
           // The dq kernel's work items count row blocks of kHopperDqBlockRows rows.
           constexpr int hbm = kHopperDqBlockRows;
@@ -265,16 +266,15 @@ void run_backward(const AttentionConfig& c, const BatchLayout& b, const Attentio
           bq.f.max_out_blocks = out_h;
           const long long items = (static_cast<long long>(out_h) + base_h) * c.num_kv_heads;
           require(items < (1LL << 31), "internal: grid too large (", items, " blocks)");
-          launch_hopper_backward_dq(c.dtype, bq, geo, dim3(static_cast<unsigned>(items), 1, ns),
-                                    dq_stream);
+          launch_hopper_backward_dq(c.dtype, bq, geo, dim3(static_cast<unsigned>(items), 1, ns), stream);
         }
         if (fused_dq && gx > 0)
           launch_hopper_dq_convert(c.dtype, bp, acc, max_base_blocks,
                                    dim3(static_cast<unsigned>(gx), static_cast<unsigned>(c.num_kv_heads), ns), stream);
       } else if (D == 64) {
-        launch_mma_bwd<T, 64>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream, dq_stream);
+        launch_mma_bwd<T, 64>(bp, run_dq, run_dkdv, grid_dq, grid_kv, kv_stream, stream);
       } else {
-        launch_mma_bwd<T, 128>(bp, run_dq, run_dkdv, grid_dq, grid_kv, stream, dq_stream);
+        launch_mma_bwd<T, 128>(bp, run_dq, run_dkdv, grid_dq, grid_kv, kv_stream, stream);
       }
     }
   }

@@ -17,15 +17,14 @@
 //     dS^T = P^T (dP^T - Δ) (while G3 runs), 0 for a row that sees one key
 //     G4 dK += dS^T Q                    dS^T from registers, Q transposed
 //   dK and dV stay in registers over all row blocks and are written once.
-// Fused dq (DQ = true, the fast mode), after FlashAttention-3's structure:
-//     the warpgroup's dS^T into shared memory (while G4 runs), then
-//     G5 dQ = dS K over the warpgroup's own 64 keys, one product per 64-column half of D (both
-//                                        operands transposed from shared memory)
-//     each 64 x 64 float32 half into the warpgroup's staging tile (register order, 16-byte
-//     stores), from which the warpgroup's dq writer (a warp of the producer warpgroup) adds it to
-//     the float32 dq accumulator (DqAccumulator) with one TMA bulk reduction, overlapped with the
-//     next row block. The two warpgroups never wait for each other; their partial dQ tiles meet
-//     in the accumulator.
+// Fused dq (DQ = true, the fast mode), FlashAttention-3's structure:
+//     dS^T of both warpgroups into shared memory (while G4 runs), then
+//     G5 dQ = dS K                       both operands transposed from shared memory; at D = 128
+//                                        warpgroup wg computes the output columns [64 wg, 64 wg +
+//                                        64) over all 128 keys, at D = 64 all columns over its keys
+//     the 64 x 64 float32 dQ tile into the warpgroup's staging buffer (register order, 16-byte
+//     stores), from which the producer warpgroup's second warp adds it to the float32 dq
+//     accumulator (DqAccumulator) with one TMA bulk reduction, overlapped with the next row block.
 // The elementwise arithmetic is the mma.sync dk/dv kernel's (backward/mma_dkdv_kernel.cuh). Every
 // dk/dv element is accumulated in a fixed order that depends only on its sequence: bitwise
 // reproducible and batch-invariant. The fused dq adds the CTAs' partial sums in the order they
@@ -49,37 +48,35 @@ constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows;
 template <int PIPE>
 constexpr int bwd_stages() { return PIPE > 0 ? PIPE : kHopperBwdStages; }
 
-/// The fused dq's tiles (DQ = true): two buffers of dS^T ([BN keys][BQ rows] bf16/f16 with the
-/// 128-byte swizzle, the MN-major A operand of dQ = dS K; row block `it` uses buffer it % 2 and
-/// each warpgroup writes and reads only its own 64 key rows) and one staging tile per warpgroup
-/// and 64-column half of dQ (64 x 64 float32 in register order) for the bulk reduction.
-template <typename T, int D>
-struct HopperDqTiles {
-  T ds[2][BN * BQ];
-  float stage[2][D / 64][BQ * 64];
-};
-
 /// Shared memory of hopper_bwd_kernel, every tile 1024-byte aligned (the 128-byte swizzle): K and
 /// V of the CTA's keys ([BN][D] as D/64 column blocks of [BN][64]), the ring of Q and dO
-/// ([BQ][D] likewise), the fused dq's tiles, then lse2 and Δ of the ring's rows and the mbarriers.
-template <typename T, int D, int STAGES, bool DQ>
+/// ([BQ][D] likewise) and lse2 and Δ of their rows.
+template <typename T, int D, int STAGES>
 struct HopperBwdSmem {
   T k[BN * D];
   T v[BN * D];
   T q[STAGES][BQ * D];
   T d_o[STAGES][BQ * D];
-  std::conditional_t<DQ, HopperDqTiles<T, D>, char> dq;
   float lse2[STAGES][BQ];
   float delta[STAGES][BQ];
   uint64_t full[STAGES], empty[STAGES];
-  // DQ: where staged tile (wg, half) goes (its accumulator chunk), set with it; full: the
-  // warpgroup's 128 threads stored it, empty: its dq writer's bulk reduction has read it.
-  float* dq_dst[2][D / 64];
-  uint64_t stage_full[2][D / 64], stage_empty[2][D / 64];
+};
+
+/// Shared memory of the fused dq (DQ = true), after HopperBwdSmem at a 1024-byte boundary: two
+/// buffers of dS^T ([BN keys][BQ rows] bf16/f16 with the 128-byte swizzle: the MN-major A operand
+/// of dQ = dS K; row block `it` uses buffer it % 2), one staging tile per warpgroup for the bulk
+/// reduction (64 x 64 float32 in register order) with its destination and full/empty mbarriers.
+template <typename T>
+struct HopperDqSmem {
+  T ds[2][BN * BQ];
+  float stage[2][BQ * 64];
+  float* dst[2];  // where the staged tile goes (its accumulator chunk), set with it
+  uint64_t stage_full[2], stage_empty[2];
 };
 template <typename T, int D, bool DQ, int PIPE>
 constexpr int hopper_bwd_smem_bytes() {
-  return static_cast<int>(sizeof(HopperBwdSmem<T, D, bwd_stages<PIPE>(), DQ>)) + 1024;  // +1024: alignment
+  constexpr int main = (static_cast<int>(sizeof(HopperBwdSmem<T, D, bwd_stages<PIPE>()>)) + 1023) / 1024 * 1024;
+  return main + (DQ ? static_cast<int>(sizeof(HopperDqSmem<T>)) : 0) + 1024;  // +1024: alignment
 }
 
 /// The kernel's parameters: the backward's parameters, the TMA descriptors of the query-like
@@ -156,8 +153,9 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   extern __shared__ unsigned char smem_raw[];
   unsigned char* base =
       smem_raw + ((1024 - (static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
-  constexpr int NH = D / 64;  // 64-column halves of dQ
-  auto& sm = *reinterpret_cast<HopperBwdSmem<T, D, STAGES, DQ>*>(base);
+  using Smem = HopperBwdSmem<T, D, STAGES>;
+  auto& sm = *reinterpret_cast<Smem*>(base);
+  auto& sq = *reinterpret_cast<HopperDqSmem<T>*>(base + (sizeof(Smem) + 1023) / 1024 * 1024);
   const BwdParams& p = hp.b;
   const KernelParams& f = p.f;
   const SeqDesc& sd = f.seq[blockIdx.z];
@@ -178,11 +176,10 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       mbar_init(&sm.empty[s], 256);
     }
     if constexpr (DQ) {
-      for (int w = 0; w < 2; ++w)
-        for (int h = 0; h < NH; ++h) {
-          mbar_init(&sm.stage_full[w][h], 128);  // the warpgroup's threads, after their stores
-          mbar_init(&sm.stage_empty[w][h], 1);   // its dq writer, once the bulk reduction read the tile
-        }
+      for (int w = 0; w < 2; ++w) {
+        mbar_init(&sq.stage_full[w], 128);  // the warpgroup's threads, after their stores
+        mbar_init(&sq.stage_empty[w], 1);   // the dq writer, once the bulk reduction read the tile
+      }
     }
   }
   __syncthreads();
@@ -190,32 +187,29 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
   if (warp >= 8) {
     // ---------------- producer warpgroup: its first warp loads ----------------
     setmaxnreg_dec<kHopperBwdProducerRegs>();
-    if constexpr (DQ) {
-    if (warp == 9 || warp == 10) {
-      // ---- the dq writers: warp 9 + w adds warpgroup w's staged dQ tiles to the accumulator ----
-      // (With DQ the producer warpgroup's 24 registers make ptxas spill ~100 bytes of the
+    if (DQ && warp == 9) {
+      // ---- the dq writer: adds each warpgroup's staged dQ tile to the accumulator ----
+      // (With DQ the producer warpgroup's 24 registers make ptxas spill ~100 bytes of the two
       // producer warps' loop state to local memory: a few accesses per row block, off the
       // consumers' path; 40 producer registers would leave the consumers 232, where the wgmma
-      // chain is serialized.) One writer per warpgroup, so neither waits for the other's tiles.
-      const int w = warp - 9;
+      // chain is serialized.)
       if (lane == 0) {
         for (int it = 0; it < nb; ++it) {
 #pragma unroll
-          for (int h = 0; h < NH; ++h) {
-            mbar_wait(&sm.stage_full[w][h], it & 1);
-            bulk_reduce_add_f32(sm.dq_dst[w][h], sm.dq.stage[w][h], BQ * 64 * sizeof(float));
+          for (int w = 0; w < 2; ++w) {
+            mbar_wait(&sq.stage_full[w], it & 1);
+            bulk_reduce_add_f32(sq.dst[w], sq.stage[w], BQ * 64 * sizeof(float));
             bulk_commit();
           }
 #pragma unroll
-          for (int h = 0; h < NH; ++h) {
-            if (h == NH - 1) bulk_wait_read<0>(); else bulk_wait_read<1>();
-            mbar_arrive(&sm.stage_empty[w][h]);
+          for (int w = 0; w < 2; ++w) {
+            if (w == 0) bulk_wait_read<1>(); else bulk_wait_read<0>();
+            mbar_arrive(&sq.stage_empty[w]);
           }
         }
         bulk_wait<0>();  // every reduction applied before the CTA exits
       }
       return;
-    }
     }
     if (warp != 8) return;
     for (int it = 0; it < nb; ++it) {
@@ -381,7 +375,7 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       // it before G4 completes is undefined): key row kr, the block's rows as columns, 16-byte
       // chunk ch of row kr at kr * 64 + (ch ^ kr % 8) * 8 (conflict-free: the 8 rows of a warp's
       // stores hit 8 different chunks).
-      T* dsb = sm.dq.ds[it & 1];
+      T* dsb = sq.ds[it & 1];
       const int kr = kw0 + g, sw = kr & 7;  // (kr + 8) % 8 == kr % 8
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; ++kk) {
@@ -393,44 +387,38 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
         *reinterpret_cast<uint32_t*>(dsb + (kr + 8) * 64 + (((2 * kk + 1) ^ sw) << 3) + 2 * c) = w4[3];
       }
       fence_proxy_async();  // the stores (generic proxy) before the tensor cores read them
-      // ---- G5 dQ += dS K over this warpgroup's 64 keys, one commit group per 64-column half h
-      // (A: dS^T [keys][rows], MN-major; B: K [keys][D], MN-major). Only this warpgroup's dS^T
-      // rows are read, so only its own threads meet here; the other warpgroup runs on, and the
-      // two partial tiles meet in the accumulator (two bulk reductions per half and row block).
-      named_bar_sync(kBarBwdDs + wg, 128);
-      const uint64_t desc_ds = desc_sw128(dsb + wg * 64 * 64, BN * 128, 1024);
-      float* chunk = dq_acc_chunk(hp.dq, f, sd, rbk.is_out, rbk.rb, kvh);
-      // One half at a time (two halves' accumulators in flight at once leave ptxas too few
-      // registers: C7512): the product, then the tile into this warpgroup's staging tile in
-      // register order, float4 (j, thread) at (j * 128 + thread) * 4, once its dq writer's
-      // previous reduction has read it.
+      // ---- G5 dQ = dS K (A: dS^T [keys][rows], MN-major; B: K [keys][D], MN-major) ----
+      constexpr int kSteps = D == 128 ? BN / 16 : 64 / 16;
+      if constexpr (D == 128)
+        named_bar_sync(kBarBwdDs, 256);
+      else
+        named_bar_sync(kBarBwdDs + 1 + wg, 128);
+      const T* a0 = D == 128 ? sq.ds[it & 1] : sq.ds[it & 1] + wg * 64 * 64;
+      const T* b0 = D == 128 ? sm.k + wg * BN * 64 : sm.k + wg * 64 * 64;
+      const uint64_t desc_ds = desc_sw128(a0, BN * 128, 1024), desc_kt = desc_sw128(b0, BN * 128, 1024);
+      float qacc[8][4];
+      wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < NH; ++h) {
-        const uint64_t desc_kt = desc_sw128(sm.k + h * BN * 64 + wg * 64 * 64, BN * 128, 1024);
-        float qacc[8][4];
-        wgmma_fence();
+      for (int kk = 0; kk < kSteps; ++kk)
+        wgmma_ss_tt_m64n64k16<T>(qacc, desc_advance(desc_ds, kk * 16 * 64 * sizeof(T)),
+                                 desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(pa);
+      fence_regs(da);
+      fence_regs(dk);
+      fence_regs(dv);
+      fence_regs(qacc);
+      mbar_arrive(&sm.empty[s]);
+      // The tile into this warpgroup's staging buffer in register order: float4 (j, thread) at
+      // (j * 128 + thread) * 4, once the dq writer's previous reduction has read it.
+      mbar_wait(&sq.stage_empty[wg], (it & 1) ^ 1);
+      float4* st = reinterpret_cast<float4*>(sq.stage[wg]) + (tid & 127);
 #pragma unroll
-        for (int kk = 0; kk < 64 / 16; ++kk)
-          wgmma_ss_tt_m64n64k16<T>(qacc, desc_advance(desc_ds, kk * 16 * 64 * sizeof(T)),
-                                   desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(qacc);
-        if (h == 0) {
-          fence_regs(pa);
-          fence_regs(da);
-          fence_regs(dk);
-          fence_regs(dv);
-          mbar_arrive(&sm.empty[s]);  // dV and dK done: Q and dO are read
-        }
-        mbar_wait(&sm.stage_empty[wg][h], (it & 1) ^ 1);
-        float4* st = reinterpret_cast<float4*>(sm.dq.stage[wg][h]) + (tid & 127);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) st[j * 128] = make_float4(qacc[j][0], qacc[j][1], qacc[j][2], qacc[j][3]);
-        if ((tid & 127) == 0) sm.dq_dst[wg][h] = chunk + h * BQ * 64;
-        fence_proxy_async();  // the stores before the bulk reduction (async proxy) reads them
-        mbar_arrive(&sm.stage_full[wg][h]);
-      }
+      for (int j = 0; j < 8; ++j) st[j * 128] = make_float4(qacc[j][0], qacc[j][1], qacc[j][2], qacc[j][3]);
+      if ((tid & 127) == 0) sq.dst[wg] = dq_acc_chunk(hp.dq, f, sd, rbk.is_out, rbk.rb, kvh) + (D == 128 ? wg * BQ * 64 : 0);
+      fence_proxy_async();  // the stores before the bulk reduction (async proxy) reads them
+      mbar_arrive(&sq.stage_full[wg]);
     } else if constexpr (PIPE > 0) {
       // dV done; dK keeps running into the next row block, whose S^T and dP^T are issued behind it
       // (their accumulators are free: P^T and dS^T are packed into pa and da).

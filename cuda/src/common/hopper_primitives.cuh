@@ -128,10 +128,10 @@ enum NamedBarrier : int {
   kBarTurnRing = 1,
   kBarTurnRingEnd = kBarTurnRing + 4,  // at most 4 consumer warpgroups
   // Hopper dk/dv kernel (backward/attention_backward_hopper.cu): the consumers' K/V load, and the
-  // dS^T rows of consumer warpgroup wg complete in shared memory (kBarBwdDs + wg, 128 threads).
+  // dS^T tile complete in shared memory (kBarBwdDs: both warpgroups; + 1 + wg: warpgroup wg alone).
   kBarBwdKvLoaded = kBarTurnRingEnd,
   kBarBwdDs,
-  kBarBwdDsEnd = kBarBwdDs + 2,
+  kBarBwdDsEnd = kBarBwdDs + 3,
 };
 static_assert(kBarBwdDsEnd <= 16, "a CTA has 16 named barriers");
 

@@ -12,9 +12,12 @@ namespace orthros::cuda::detail {
 /// `main`. The constructor makes the side stream wait for everything queued on `main` so far (the
 /// fork); join() makes `main` wait for everything queued on the side stream since (the join), and
 /// the destructor joins when an exception skipped join() (errors ignored there). Both are event
-/// record/wait pairs, so the pattern can be captured into a CUDA graph. One non-blocking stream
-/// and two events per host thread and device, created on first use (outside a capture: a first
-/// use on a capturing stream runs everything on `main`) and kept for the thread's life.
+/// record/wait pairs, so the pattern can be captured into a CUDA graph. The side stream has the
+/// device's greatest priority: while its kernel still has CTAs to start, the block scheduler
+/// starts them before those of kernels on `main` (of default priority), which then fill the SMs
+/// the side kernel's last wave leaves. One non-blocking stream and two events per host thread and
+/// device, created on first use (outside a capture: a first use on a capturing stream runs
+/// everything on `main`) and kept for the thread's life.
 /// \throws CudaError from the CUDA calls.
 class SideStream {
  public:
@@ -72,7 +75,9 @@ class SideStream {
     check(cudaStreamIsCapturing(main, &capturing), "cudaStreamIsCapturing");
     if (capturing != cudaStreamCaptureStatusNone) return nullptr;
     Resources r;
-    check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&r.stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
     const cudaError_t e1 = cudaEventCreateWithFlags(&r.forked, cudaEventDisableTiming);
     const cudaError_t e2 = e1 == cudaSuccess ? cudaEventCreateWithFlags(&r.joined, cudaEventDisableTiming) : e1;
     if (e2 != cudaSuccess) {
