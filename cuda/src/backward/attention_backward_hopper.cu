@@ -365,11 +365,16 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       }
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(da[kk], dst[2 * kk], dst[2 * kk + 1]);
-    // ---- G4 dK += dS^T Q ----
-    wgmma_fence();
+    // ---- G4 dK += dS^T Q (DQ: its first two k16 steps here, the other two behind G5, so the dQ
+    // tile's staging stores overlap them; the same products in the same order) ----
+    constexpr int kG4Head = DQ ? BQ / 32 : BQ / 16;
+    const auto issue_dk = [&](int kk0, int kk1) {
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
-    wgmma_commit();
+      for (int kk = kk0; kk < kk1; ++kk) wgmma_rs_tb<T, D>(dk, da[kk], desc_advance(dq_mn, kk * 16 * 64 * sizeof(T)), 1);
+      wgmma_commit();
+    };
+    issue_dk(0, kG4Head);
     if constexpr (DQ) {
       // dS^T into shared memory while G4 runs, packed again from dst (da is G4's operand: reading
       // it before G4 completes is undefined): key row kr, the block's rows as columns, 16-byte
@@ -403,13 +408,9 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
         wgmma_ss_tt_m64n64k16<T>(qacc, desc_advance(desc_ds, kk * 16 * 64 * sizeof(T)),
                                  desc_advance(desc_kt, kk * 16 * 64 * sizeof(T)), kk > 0);
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(pa);
-      fence_regs(da);
-      fence_regs(dk);
-      fence_regs(dv);
+      issue_dk(kG4Head, BQ / 16);
+      wgmma_wait<1>();  // G5 done (G4's last steps may still run)
       fence_regs(qacc);
-      mbar_arrive(&sm.empty[s]);
       // The tile into this warpgroup's staging buffer in register order: float4 (j, thread) at
       // (j * 128 + thread) * 4, once the dq writer's previous reduction has read it.
       mbar_wait(&sq.stage_empty[wg], (it & 1) ^ 1);
@@ -419,6 +420,12 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
       if ((tid & 127) == 0) sq.dst[wg] = dq_acc_chunk(hp.dq, f, sd, rbk.is_out, rbk.rb, kvh) + (D == 128 ? wg * BQ * 64 : 0);
       fence_proxy_async();  // the stores before the bulk reduction (async proxy) reads them
       mbar_arrive(&sq.stage_full[wg]);
+      wgmma_wait<0>();
+      fence_regs(pa);
+      fence_regs(da);
+      fence_regs(dk);
+      fence_regs(dv);
+      mbar_arrive(&sm.empty[s]);
     } else if constexpr (PIPE > 0) {
       // dV done; dK keeps running into the next row block, whose S^T and dP^T are issued behind it
       // (their accumulators are free: P^T and dS^T are packed into pa and da).

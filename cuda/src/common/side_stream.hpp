@@ -23,15 +23,13 @@ class SideStream {
  public:
   explicit SideStream(cudaStream_t main) : main_(main), side_(main) {
     Resources* rp = resources(main);
-    if (!rp) {  // `main` is being captured and this thread has no side stream yet: run on `main`
-      pending_ = false;
-      return;
-    }
+    if (!rp) return;  // `main` is being captured and this thread has no side stream yet: run on `main`
     Resources& r = *rp;
     side_ = r.stream;
     joined_ = r.joined;
     check(cudaEventRecord(r.forked, main_), "cudaEventRecord(fork)");
     check(cudaStreamWaitEvent(side_, r.forked, 0), "cudaStreamWaitEvent(fork)");
+    pending_ = true;
   }
   SideStream(const SideStream&) = delete;
   SideStream& operator=(const SideStream&) = delete;
@@ -43,6 +41,7 @@ class SideStream {
   }
   cudaStream_t get() const { return side_; }
   void join() {
+    if (!pending_) return;
     pending_ = false;
     check(cudaEventRecord(joined_, side_), "cudaEventRecord(join)");
     check(cudaStreamWaitEvent(main_, joined_, 0), "cudaStreamWaitEvent(join)");
@@ -89,8 +88,8 @@ class SideStream {
   }
 
   cudaStream_t main_, side_;
-  cudaEvent_t joined_;
-  bool pending_ = true;
+  cudaEvent_t joined_ = nullptr;
+  bool pending_ = false;  // forked and not joined yet
 };
 
 }  // namespace orthros::cuda::detail
