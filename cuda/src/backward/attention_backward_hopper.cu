@@ -511,12 +511,17 @@ void launch_hopper_backward(DType dtype, const BwdParams& bp, const HopperGeomet
 
 namespace {
 
-/// The fused backward's post-pass: one CTA of 128 threads per (64-row block, KV head, sequence);
-/// thread t reads the floats of register-order position t (DqAccumulator) of each 64-column half,
-/// rows 16 (t / 32) + (t % 32) / 4 and + 8, columns 8 j + 2 (t % 4) and + 1 of the half.
+/// The fused backward's post-pass: one CTA of 128 threads per (64-row block, KV head, sequence).
+/// Per 64-column half: thread t reads the floats of register-order position t (DqAccumulator),
+/// rows 16 (t / 32) + (t % 32) / 4 and + 8, columns 8 j + 2 (t % 4) and + 1, scales and rounds
+/// them into a row-major tile in shared memory; then each row's 64 values go out as eight 16-byte
+/// stores of consecutive threads (whole 32-byte sectors, where the register order's 4-byte
+/// stores wrote half sectors).
 template <typename T, int D>
 __global__ void __launch_bounds__(128) hopper_dq_convert_kernel(const BwdParams p, const DqAccumulator dq,
                                                                  int max_base_blocks) {
+  constexpr int kPitch = 64 + 8;  // elements per tile row: 144 bytes, so neither phase has bank conflicts
+  __shared__ alignas(16) T tile[BQ * kPitch];
   const KernelParams& f = p.f;
   const SeqDesc& sd = f.seq[blockIdx.z];
   const bool is_out = static_cast<int>(blockIdx.x) >= max_base_blocks;
@@ -528,21 +533,27 @@ __global__ void __launch_bounds__(128) hopper_dq_convert_kernel(const BwdParams 
   const int qoff = is_out ? sd.out_off : sd.q_off;
   const int t = threadIdx.x, lane = t & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int h = 0; h < D / 64; ++h)
+  for (int h = 0; h < D / 64; ++h) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float4 v = chunk[(h * 8 + j) * 128 + t];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = rb * BQ + (t >> 5) * 16 + g + 8 * half;
-        if (r >= nrows) continue;
-        const int tok = p.group_div.div(r);
-        const size_t row = ((size_t)(qoff + tok) * f.Hq + kvh * group + (r - tok * group)) * D;
-        const float x = half ? v.z : v.x, y = half ? v.w : v.y;
-        *reinterpret_cast<uint32_t*>(dst + row + h * 64 + 8 * j + 2 * c) =
-            Mma<T>::pack(__fmul_rn(x, p.scale), __fmul_rn(y, p.scale));
-      }
+      const int rl = (t >> 5) * 16 + g, col = 8 * j + 2 * c;
+      *reinterpret_cast<uint32_t*>(tile + rl * kPitch + col) = Mma<T>::pack(__fmul_rn(v.x, p.scale), __fmul_rn(v.y, p.scale));
+      *reinterpret_cast<uint32_t*>(tile + (rl + 8) * kPitch + col) =
+          Mma<T>::pack(__fmul_rn(v.z, p.scale), __fmul_rn(v.w, p.scale));
     }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < BQ / 16; ++i) {
+      const int rl = t / 8 + 16 * i, r = rb * BQ + rl;
+      if (r >= nrows) continue;
+      const int tok = p.group_div.div(r);
+      const size_t row = ((size_t)(qoff + tok) * f.Hq + kvh * group + (r - tok * group)) * D;
+      *reinterpret_cast<uint4*>(dst + row + h * 64 + (t % 8) * 8) =
+          *reinterpret_cast<const uint4*>(tile + rl * kPitch + (t % 8) * 8);
+    }
+    __syncthreads();
+  }
 }
 
 }  // namespace
