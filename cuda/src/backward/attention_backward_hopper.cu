@@ -18,13 +18,15 @@
 //     G4 dK += dS^T Q                    dS^T from registers, Q transposed
 //   dK and dV stay in registers over all row blocks and are written once.
 // Fused dq (DQ = true, the fast mode), FlashAttention-3's structure:
-//     dS^T of both warpgroups into shared memory (while G4 runs), then
+//     G4 is split: its first two k16 steps are issued before dS^T of both warpgroups goes into
+//     shared memory (while they run), then
 //     G5 dQ = dS K                       both operands transposed from shared memory; at D = 128
 //                                        warpgroup wg computes the output columns [64 wg, 64 wg +
 //                                        64) over all 128 keys, at D = 64 all columns over its keys
-//     the 64 x 64 float32 dQ tile into the warpgroup's staging buffer (register order, 16-byte
-//     stores), from which the producer warpgroup's second warp adds it to the float32 dq
-//     accumulator (DqAccumulator) with one TMA bulk reduction, overlapped with the next row block.
+//     G4's last two steps, while the 64 x 64 float32 dQ tile goes into the warpgroup's staging
+//     buffer (register order, 16-byte stores), from which the producer warpgroup's second warp
+//     adds it to the float32 dq accumulator (DqAccumulator) with one TMA bulk reduction,
+//     overlapped with the next row block. hopper_dq_convert_kernel then scales and rounds it.
 // The elementwise arithmetic is the mma.sync dk/dv kernel's (backward/mma_dkdv_kernel.cuh). Every
 // dk/dv element is accumulated in a fixed order that depends only on its sequence: bitwise
 // reproducible and batch-invariant. The fused dq adds the CTAs' partial sums in the order they
