@@ -18,7 +18,7 @@ RUNS=${ORTHROS_BENCH_RUNS:-15}
 test_rc=0
 # The backward on both kernel paths (automatic: the wgmma kernels on an H100/H200; generic:
 # mma.sync), and the automatic path with the fused dq forced (ORTHROS_BWD_FUSED_DQ=1: by default it
-# runs only for sequences of >= 24K output rows, longer than the tests').
+# runs only for sequences of >= 12K tokens, longer than the tests').
 # And the automatic path with the dk/dv kernel's pipelined loop off (ORTHROS_BWD_PIPE=0: by
 # default it runs below 24K output rows, so these sizes would never reach the plain loop at D = 128).
 for path in automatic generic fused unpiped; do

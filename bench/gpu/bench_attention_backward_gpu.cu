@@ -14,7 +14,7 @@
 //        [--backward-only]
 // --seq-lens replaces the lengths; --backward-only times only the fast-mode backward (no forward,
 // det, generic, halves or layer rows): with ORTHROS_BWD_FUSED_DQ=0 / 1 it measures where the fused
-// dq starts to pay (attention_backward.cu, kFusedDqMinOutTokens).
+// dq starts to pay (attention_backward.cu, kFusedDqMinTokens).
 #include "backward/attention_backward_parts.hpp"
 #include "orthros/cuda/attention_backward.hpp"
 #include "orthros/cuda/layer_backward.hpp"

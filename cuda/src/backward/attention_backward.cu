@@ -56,21 +56,27 @@ std::int64_t longest_out_rows(const BatchLayout& b) {
 }
 
 /// Where the Hopper fast mode folds dq into the dk/dv kernel: calls with a sequence of at least
-/// this many output rows (T_out, the causal stream). Measured on the H200 (bench/results/
-/// 2026-12-03-h200-fused-dq.md, qwen3-8b shape, fused / two kernels): PT 8K 1.09x, 12K 1.01x, 16K
-/// 1.00x, 24K 0.95x, 32K 0.94x; SFT (T_out = T/4) 1.12x at 8K, 1.02x at 16K, 0.99x at 24K-32K
-/// (T_out 6K-8K). The fused dq only pays where the causal stream is long; below that the two
-/// kernels are as fast or faster and bitwise reproducible.
-constexpr std::int64_t kFusedDqMinOutTokens = 24576;
+/// kFusedDqMinTokens tokens whose output stream covers at least a quarter of them, or with one of
+/// at least kFusedDqMinOutTokens output rows. Measured on an H100 (bench/results/
+/// 2026-12-06-bwd-dq.md, qwen3-8b shape, the whole backward, fused / two kernels): PT (T_out = T)
+/// 8K 1.19x, 12K 1.02x, 16K 0.96x, 24K 0.95x, 32K 0.91x; SFT (T_out = T/4) 8K 1.00x, 12K 0.87x,
+/// 16K 0.91x, 24K 0.85x, 32K 0.85x. At 12K the SFT gain outweighs the PT loss. Shorter output
+/// streams were not measured at these lengths and keep the two kernels, which are bitwise
+/// reproducible; the 24576-row rule is the earlier one (H200, 2026-12-03: PT 24K 0.95x, 32K 0.94x).
+constexpr std::int64_t kFusedDqMinTokens = 12288, kFusedDqMinOutTokens = 24576;
 
-/// The fused dq runs this call: Hopper path, fast mode, a sequence with kFusedDqMinOutTokens output
-/// rows. ORTHROS_BWD_FUSED_DQ = 1 / 0 forces it on / off for every Hopper fast-mode call (the
-/// tests' and the benchmark's switch).
+/// The fused dq runs this call: Hopper path, fast mode, a sequence as above. ORTHROS_BWD_FUSED_DQ
+/// = 1 / 0 forces it on / off for every Hopper fast-mode call (the tests' and the benchmark's
+/// switch).
 bool use_fused_dq(const AttentionConfig& c, const BatchLayout& b) {
   static const int forced = env_switch("ORTHROS_BWD_FUSED_DQ");
   if (!use_hopper(c) || c.deterministic || forced == 0) return false;
   if (forced == 1) return true;
-  return longest_out_rows(b) >= kFusedDqMinOutTokens;
+  for (size_t i = 0; i < b.q_lens.size(); ++i) {
+    const std::int64_t T = b.q_lens[i], T_out = b.out_lens[i];
+    if ((T >= kFusedDqMinTokens && 4 * T_out >= T) || T_out >= kFusedDqMinOutTokens) return true;
+  }
+  return false;
 }
 
 /// Where the Hopper dk/dv kernel runs its pipelined consumer loop (the next row block's S^T and

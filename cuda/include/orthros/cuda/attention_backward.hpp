@@ -60,8 +60,8 @@ std::size_t attention_backward_workspace_bytes(const AttentionConfig& cfg, const
 
 /// True when attention_backward(cfg, batch, ...) on the current device gives bitwise the same
 /// gradients run to run: always in the deterministic mode and on the generic path; in the Hopper
-/// fast mode unless the call folds dq into the dk/dv kernel (the fused dq: a sequence with >= 24576
-/// output rows, see attention_backward). dk and dv are reproducible in every case, and batch-invariant
+/// fast mode unless the call folds dq into the dk/dv kernel (the fused dq: a sequence of >= 12288
+/// tokens with T_out >= T/4, or one with >= 24576 output rows; see attention_backward). dk and dv are reproducible in every case, and batch-invariant
 /// whenever the call is reproducible.
 /// \throws orthros::Error on invalid arguments (as attention_backward).
 bool attention_backward_is_reproducible(const AttentionConfig& cfg, const BatchLayout& batch);
@@ -74,7 +74,8 @@ bool attention_backward_is_reproducible(const AttentionConfig& cfg, const BatchL
 ///     covers it and the output rows at or after it, all heads of the GQA group in one fixed order;
 ///   - dq and dq_out: from a query-outer kernel (base rows visit only the KV tiles of their window
 ///     band: O(T·w); output rows the causal prefix), in a fixed order; or, in the Hopper fast mode
-///     when a sequence has >= 24576 output rows (where it is faster), from the same KV-block-outer
+///     when a sequence has >= 12288 tokens and T_out >= T/4, or >= 24576 output rows (where it
+///     was measured faster), from the same KV-block-outer
 ///     kernel (the fused dq, FlashAttention-3's structure: each CTA adds its partial dq of every
 ///     row block it visits to a float32 accumulator in the workspace, in no fixed order; a
 ///     post-pass scales and rounds it).
