@@ -20,12 +20,14 @@ test_rc=0
 # mma.sync), and the automatic path with the fused dq forced (ORTHROS_BWD_FUSED_DQ=1: by default it
 # runs only for sequences of >= 12K tokens, longer than the tests').
 # And the automatic path with the dk/dv kernel's pipelined loop off (ORTHROS_BWD_PIPE=0: by
-# default it runs below 24K output rows, so these sizes would never reach the plain loop at D = 128).
-for path in automatic generic fused unpiped; do
+# default it runs below 24K output rows, so these sizes would never reach the plain loop at D = 128),
+# and with the dq and dk/dv kernels on one stream (ORTHROS_BWD_CONCURRENT=0).
+for path in automatic generic fused unpiped serial; do
   echo "== backward gpu tests ($path)"
-  kernel=automatic fused= pipe=
-  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; esac
-  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe timeout 240 "$BIN/test_attention_backward_gpu" \
+  kernel=automatic fused= pipe= concurrent=
+  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
+  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
+    timeout 240 "$BIN/test_attention_backward_gpu" \
     > "$OUTDIR/tests_bwd_$path.log" 2>&1
   rc=$?
   grep -E "^\[  |^\[       OK|FAILED|Failure|^\[ bwd|^(dq|dk|dv|dq_out):" "$OUTDIR/tests_bwd_$path.log" | cut -c1-300

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -80,8 +82,9 @@ class BwdRunner {
   }
 
   /// The same through a CUDA graph: the backward is captured on `stream` (a caller workspace),
-  /// the graph launched once.
-  std::vector<BwdOut<S>> run_graph(cudaStream_t stream) {
+  /// the graph launched once. `max_fanout` gets the largest number of nodes that depend on one
+  /// node of the captured graph: 1 for a chain, 2 where the dk/dv and dq kernels fork.
+  std::vector<BwdOut<S>> run_graph(cudaStream_t stream, int& max_fanout) {
     case_.set_backward_workspace(cuda::attention_backward_workspace_bytes(cfg_, case_.layout()));
     case_.poison_gradients(stream);
     check_cuda(cudaStreamSynchronize(stream), "poison");
@@ -96,6 +99,17 @@ class BwdRunner {
     }
     cudaGraph_t graph = nullptr;
     check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    size_t n_edges = 0;
+    cudaError_t edges_ok = cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n_edges);
+    std::vector<cudaGraphNode_t> from(n_edges), to(n_edges);
+    if (edges_ok == cudaSuccess && n_edges > 0)
+      edges_ok = cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &n_edges);
+    std::map<cudaGraphNode_t, int> fanout;
+    for (size_t i = 0; i < n_edges; ++i) ++fanout[from[i]];
+    max_fanout = 0;
+    for (const auto& [node, k] : fanout) max_fanout = std::max(max_fanout, k);
+    if (edges_ok != cudaSuccess) cudaGraphDestroy(graph);
+    check_cuda(edges_ok, "cudaGraphGetEdges");
     cudaGraphExec_t exec = nullptr;
     const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -363,8 +377,10 @@ TEST(GpuAttentionBackward, BitwiseAcrossBatchCompositions) {
 
 // The backward captured into a CUDA graph gives the eager call's bits, both on a thread whose
 // first backward is the capture (it has no side stream yet, so every kernel goes on the capturing
-// stream) and after eager calls (the dq kernel on the side stream, forked and joined inside the
-// graph). dq/dq_out are compared where attention_backward_is_reproducible says so.
+// stream: the graph is a chain) and after eager calls (the dk/dv kernel on the side stream,
+// forked and joined inside the graph: a node with two dependents, wherever dq has its own kernel
+// and ORTHROS_BWD_CONCURRENT is not 0). dq/dq_out are compared where
+// attention_backward_is_reproducible says so.
 TEST(GpuAttentionBackward, GraphCaptureMatchesEager) {
   ORTHROS_REQUIRE_GPU();
   const std::uint64_t seed = 9700;
@@ -384,16 +400,22 @@ TEST(GpuAttentionBackward, GraphCaptureMatchesEager) {
     const auto eager = runner.run(true);
     std::vector<BwdOut<Eigen::bfloat16>> first_use;  // filled by the fresh thread
     std::string thread_error;
+    int first_fanout = 0, warm_fanout = 0;
     std::thread fresh([&] {
       try {
-        first_use = runner.run_graph(stream);
+        first_use = runner.run_graph(stream, first_fanout);
       } catch (const std::exception& e) {
         thread_error = e.what();
       }
     });
     fresh.join();
     ASSERT_TRUE(thread_error.empty()) << thread_error;
-    std::vector<BwdOut<Eigen::bfloat16>> warm = runner.run_graph(stream);
+    std::vector<BwdOut<Eigen::bfloat16>> warm = runner.run_graph(stream, warm_fanout);
+    const char* concurrent = std::getenv("ORTHROS_BWD_CONCURRENT");
+    const bool fork = dq_fixed && !(concurrent && concurrent[0] == '0');  // dq_fixed: no fused dq
+    EXPECT_LE(first_fanout, 1) << "det=" << det << ": a first use inside a capture must run on one stream";
+    EXPECT_EQ(warm_fanout >= 2, fork) << "det=" << det << ": largest fan-out " << warm_fanout
+                                      << (fork ? ", expected the dk/dv and dq kernels to fork" : ", expected a chain");
     for (const std::vector<BwdOut<Eigen::bfloat16>>* got : {&first_use, &warm})
       for (size_t b = 0; b < seqs.size(); ++b)
         for (auto [x, y, n] : {std::tuple{&(*got)[b].dq, &eager[b].dq, "dq"},

@@ -331,7 +331,10 @@ void backward(const AttentionConfig& c, const BatchLayout& b, const AttentionBac
       case DType::bf16: run_backward<__nv_bfloat16>(c, b, buf, only, ws, stream); break;
     }
   } catch (...) {
-    if (owned) cudaFreeAsync(ws, stream);
+    if (owned) {
+      cudaFreeAsync(ws, stream);
+      cudaGetLastError();  // the exception in flight reports the failure; keep the error slot clean
+    }
     throw;
   }
   if (owned) ORTHROS_CUDA_CHECK(cudaFreeAsync(ws, stream));

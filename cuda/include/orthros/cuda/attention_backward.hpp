@@ -91,10 +91,11 @@ bool attention_backward_is_reproducible(const AttentionConfig& cfg, const BatchL
 /// environment forces the fused dq on / off for every Hopper fast-mode call. Every path and mode is within SPEC §6 of
 /// the float64 oracle. `cfg.num_splits` is ignored.
 /// Streams: when the dq and dk/dv kernels are separate, the dk/dv kernel runs on a second,
-/// greatest-priority stream of this host thread forked from `stream` and joined back into it by
-/// events (ORTHROS_BWD_CONCURRENT=0 keeps everything on `stream`). Work queued on `stream`
-/// afterwards sees every gradient; the call can be captured into a CUDA graph (a thread whose
-/// first backward is captured runs it on `stream` alone). The bits do not depend on this.
+/// greatest-priority stream of this host thread and device, forked from `stream` and joined back
+/// into it by events (ORTHROS_BWD_CONCURRENT=0 keeps everything on `stream`). Work queued on
+/// `stream` afterwards sees every gradient. The call can be captured into a CUDA graph (the
+/// priority survives only with cudaGraphInstantiateFlagUseNodePriority; a thread whose first
+/// backward is captured runs it on `stream` alone). The bits do not depend on any of this.
 ///
 /// \throws orthros::Error before any launch on everything attention_forward() rejects, on
 ///   cfg.kernel = hopper without a compute capability 9.0 GPU, on
