@@ -335,19 +335,22 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     // One branch per row block (warp-uniform), not one per element: a test inside the unrolled
     // loop made ptxas put a convergence barrier (BSSY/BSYNC) around every element's mask, and
     // those took ~17 % of the fused kernel's stall samples at PT 32K.
+    // P^T of element (j, e), unmasked; its column (row of the block) is j * 8 + 2c + (e & 1)
+    const auto p_t = [&](int j, int e) {
+      return fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[j * 8 + 2 * c + (e & 1)]));
+    };
     if (full) {
 #pragma unroll
       for (int j = 0; j < NQ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          pt[j][e] = fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[j * 8 + 2 * c + (e & 1)]));  // P^T
+        for (int e = 0; e < 4; ++e) pt[j][e] = p_t(j, e);
     } else {
 #pragma unroll
       for (int j = 0; j < NQ; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = j * 8 + 2 * c + (e & 1);
-          const float pe = fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[col]));
+          const float pe = p_t(j, e);
           const int r = r0 + col, kp = key0 + 8 * (e >> 1);
           const int pos = rbk.first_pos + p.group_div.div(r);
           const bool ok = r < rbk.nrows && kp <= pos && (rbk.is_out || (long long)(pos - kp) < f.window);
