@@ -15,7 +15,8 @@ total_col = next((i for i, h in enumerate(hdr) if h.startswith("Warp Stall Sampl
 exec_col = next((i for i, h in enumerate(hdr) if h.startswith("Instructions Executed")), None)
 src_col = col.get("Source")
 addr_col = next((i for i, h in enumerate(hdr) if "Address" in h), 0)
-reason_cols = [i for i, h in enumerate(hdr) if h.startswith("stall_") or "Stall Reason" in h]
+# Per-reason columns of all samples ("stall_x"); "stall_x (Not Issued)" counts a subset of them.
+reason_cols = [i for i, h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
 if total_col is None or src_col is None:
     print("columns:", hdr)
     sys.exit(1)

@@ -46,30 +46,21 @@ namespace orthros::cuda::detail {
 namespace {
 
 constexpr int BN = kHopperBwdKeys, BQ = kHopperBwdRows;
-/// lse2 and Δ of a row block in shared memory, ordered by the consumer thread that reads them: a
-/// thread with c = lane % 4 reads the rows (accumulator columns) 8 j + 2 c + b, j < 8, b < 2, at
-/// c * kRowStatPitch + 2 j + b. The pitch of 20 floats puts the four c on
-/// different banks (0, 20, 8, 28 mod 32).
-constexpr int kRowStatPitch = 20;
-__host__ __device__ constexpr int row_stat_index(int row) {
-  return ((row >> 1) & 3) * kRowStatPitch + (row >> 3) * 2 + (row & 1);
-}
-static_assert(BQ == 64 && row_stat_index(BQ - 1) < 4 * kRowStatPitch, "8 j x 2 b values per c");
 /// Q/dO ring depth: kHopperBwdStages, or PIPE stages for the pipelined consumer loop (PIPE > 0).
 template <int PIPE>
 constexpr int bwd_stages() { return PIPE > 0 ? PIPE : kHopperBwdStages; }
 
 /// Shared memory of hopper_bwd_kernel, every tile 1024-byte aligned (the 128-byte swizzle): K and
 /// V of the CTA's keys ([BN][D] as D/64 column blocks of [BN][64]), the ring of Q and dO
-/// ([BQ][D] likewise) and lse2 and Δ of their rows (row_stat_index order).
+/// ([BQ][D] likewise) and lse2 and Δ of their rows.
 template <typename T, int D, int STAGES>
 struct HopperBwdSmem {
   T k[BN * D];
   T v[BN * D];
   T q[STAGES][BQ * D];
   T d_o[STAGES][BQ * D];
-  alignas(16) float lse2[STAGES][4 * kRowStatPitch];
-  alignas(16) float delta[STAGES][4 * kRowStatPitch];
+  float lse2[STAGES][BQ];
+  float delta[STAGES][BQ];
   uint64_t full[STAGES], empty[STAGES];
 };
 
@@ -258,8 +249,8 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
         const bool ok = r <= r1;
         const int tok = p.group_div.div(r);
         const long long ridx = ok ? bwd_row_index(p, sd, rbk.is_out, tok, kvh * group + (r - tok * group)) : 0;
-        cp_async4(&sm.lse2[s][row_stat_index(row)], p.lse2 + ridx, ok);
-        cp_async4(&sm.delta[s][row_stat_index(row)], p.delta + ridx, ok);
+        cp_async4(&sm.lse2[s][row], p.lse2 + ridx, ok);
+        cp_async4(&sm.delta[s][row], p.delta + ridx, ok);
       }
       mbar_arrive_cp_async(&sm.full[s]);
     }
@@ -317,11 +308,8 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     const int r0 = rbk.rb * BQ;
     issue_s_dp(it);  // PIPE: while the previous row block's dK runs
     const uint64_t ddo_mn = desc_sw128(sm.d_o[s], BQ * 128, 1024), dq_mn = desc_sw128(sm.q[s], BQ * 128, 1024);
-    // lse2 and Δ of this thread's rows 8 j + 2 c + b at [2 j + b] (lse2 read in pairs: one 8-byte
-    // load per j; Δ one value at a time, loaded only where dS is not 0: loading it in pairs too
-    // leaves too few registers for the fused dq, where ptxas then serializes the wgmma chain, C7512)
-    const float2* lse2_c = reinterpret_cast<const float2*>(sm.lse2[s] + c * kRowStatPitch);
-    const float* delta_c = sm.delta[s] + c * kRowStatPitch;
+    const float* lb = sm.lse2[s];
+    const float* db = sm.delta[s];
     const int last = min(rbk.nrows, r0 + BQ) - 1;
     const int pos_first = rbk.first_pos + p.group_div.div(r0), pos_last = rbk.first_pos + p.group_div.div(last);
     // Every row of the block valid and seeing every key of this warp, none a single-key row: no
@@ -349,8 +337,7 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     // those took ~17 % of the fused kernel's stall samples at PT 32K.
     // P^T of element (j, e), unmasked; its column (row of the block) is j * 8 + 2c + (e & 1)
     const auto p_t = [&](int j, int e) {
-      const float2 l = lse2_c[j];
-      return fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -(e & 1 ? l.y : l.x)));
+      return fast_exp2(__fmaf_rn(sacc[j][e], f.scale_log2, -lb[j * 8 + 2 * c + (e & 1)]));
     };
     if (full) {
 #pragma unroll
@@ -386,8 +373,8 @@ __global__ void __launch_bounds__(3 * 128, 1) hopper_bwd_kernel(const __grid_con
     for (int j = 0; j < NQ; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        dst[j][e] = (ds_zero >> (j * 4 + e)) & 1u ? 0.f
-                                                   : __fmul_rn(pt[j][e], __fsub_rn(pacc[j][e], delta_c[2 * j + (e & 1)]));
+        const int col = j * 8 + 2 * c + (e & 1);
+        dst[j][e] = (ds_zero >> (j * 4 + e)) & 1u ? 0.f : __fmul_rn(pt[j][e], __fsub_rn(pacc[j][e], db[col]));
       }
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) pack_a<T>(da[kk], dst[2 * kk], dst[2 * kk + 1]);
