@@ -1,9 +1,9 @@
 // Dispatch of the Orthros attention backward (SPEC §9): validation, the pre-pass, and the choice of
 // the kernels per regime. The pre-pass is backward/delta_kernel.cuh; then
 //   Hopper path (sm_90, bf16/f16, D = 64/128, cfg.kernel != generic): the KV-block-outer wgmma
-//     dk/dv kernel (backward/attention_backward_hopper.cu), in the fast mode with dq folded in
-//     (a float32 accumulator in the workspace and a post-pass), in the deterministic mode beside
-//     the query-outer wgmma dq kernel (backward/attention_backward_hopper_dq.cu);
+//     dk/dv kernel (backward/attention_backward_hopper.cu), in the fast mode for long sequences
+//     with dq folded in (a float32 accumulator in the workspace and a post-pass; use_fused_dq),
+//     otherwise beside the query-outer wgmma dq kernel (backward/attention_backward_hopper_dq.cu);
 //   generic path: bf16/f16 with D = 64/128 run the mma.sync kernels (backward/mma_dq_kernel.cuh,
 //     backward/mma_dkdv_kernel.cuh), everything else the SIMT kernels (backward/simt_kernels.cuh).
 #include "backward/attention_backward_hopper.hpp"

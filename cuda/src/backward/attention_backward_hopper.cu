@@ -8,7 +8,7 @@
 // output blocks from token j0 on (the causal range).
 //   producer warp: Q and dO of each row block by TMA (a box of whole tokens x the group's heads;
 //     cp.async with zero-fill when the group does not divide 64), lse2 and Δ of its rows by
-//     cp.async, into a two-stage ring (full/empty mbarriers).
+//     cp.async, into a ring of stages (full/empty mbarriers): 2, or 3 for the pipelined loop.
 //   consumer warpgroup (keys are the M dimension, transposed products), four wgmma groups per
 //   row block, each issued as soon as its operands exist:
 //     G1 S^T = K Q^T, G2 dP^T = V dO^T   both operands in shared memory

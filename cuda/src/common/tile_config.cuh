@@ -84,7 +84,7 @@ struct BwdKvShape {
 constexpr int kHopperBwdKeys = 128, kHopperBwdRows = 64, kHopperBwdStages = 2;
 /// The pipelined consumer loop (D = 128: a row block's S^T and dP^T issued while the previous
 /// block's dK runs) releases a Q/dO stage one row block later, so it keeps one more stage: 3
-/// (160 KB at D = 128). Its registers at the overlap: dK, dV (128), the packed dS^T of the
+/// (160 KB of tiles at D = 128). Its registers at the overlap: dK, dV (128), the packed dS^T of the
 /// in-flight dK (16), the new S^T and dP^T (64), within the 240 below without spills; at D = 64
 /// ptxas serializes its wgmma chain (C7515), so D = 64 keeps the plain loop.
 constexpr int kHopperBwdPipeStages = 3;
@@ -96,7 +96,7 @@ static_assert(kHopperBwdProducerRegs * 128 + kHopperBwdConsumerRegs * 256 <= 655
 static_assert(kHopperBwdKeys % kKeyTile == 0 && kHopperBwdRows == kHopperWarpgroupRows, "tile sizes");
 /// Hopper query-outer dq kernel (backward/attention_backward_hopper_dq.cu): the forward Hopper
 /// kernel's CTA (kHopperConsumers warpgroups of kHopperWarpgroupRows rows) with Q and dO of the
-/// block resident (2 x 48 KB at D = 128) and a 3-deep K/V ring (3 x 32 KB): 192 KB.
+/// block resident (2 x 48 KB at D = 128) and a 3-deep K/V ring (3 x 32 KB): 192 KB of tiles.
 constexpr int kHopperDqStages = 3;
 /// SIMT backward: one warp per row (dq) / per key (dk/dv), 4 per CTA, 32-key tiles, D <= 256.
 constexpr int kSimtBwdWarps = 4, kSimtBwdBN = kSimtKeyTile, kSimtBwdMaxDpl = 8;
