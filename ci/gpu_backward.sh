@@ -8,7 +8,9 @@
 # tests on both kernel paths (automatic: wgmma on an H100/H200; generic), the layer backward tests,
 # verify --grad --device cuda, compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on the
 # small shapes and memcheck + racecheck on the layer backward (ORTHROS_LAYER_SANITIZER_TOOLS="" skips
-# them), our benchmark, the PyTorch/cuDNN peers, the summary table last. Logs under $OUT.
+# them), our benchmark, the PyTorch/cuDNN peers, with build-py312-carry (ci/gpu_stage_python.sh)
+# ours and cuDNN interleaved in one process (bench/gpu/peers_backward_interleaved.py), the summary
+# tables last. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)
@@ -84,8 +86,20 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   fi
   timeout 300 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$OUTDIR/bench_bwd_peers.json" 2>&1 \
     | grep -v Warning | tee "$OUTDIR/bench_bwd_peers.log"
+  # Ours and the cuDNN peers in one process, sample by sample in turn (the check of the two-process
+  # ratio above): needs orthros._cuda, i.e. ci/gpu_stage_python.sh's carry (build-py312-carry).
+  PYCARRY=${ORTHROS_PY_CARRY:-build-py312-carry}
+  if [ -d "$PYCARRY/orthros" ]; then
+    echo "== benchmark (ours and cuDNN interleaved, one process)"
+    PKG=$(mktemp -d)
+    mkdir -p "$PKG/orthros" && cp -r verify/python/orthros/. "$PKG/orthros/" && cp "$PYCARRY"/orthros/*.so "$PKG/orthros/"
+    PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/$PYCARRY:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
+      timeout 300 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$OUTDIR/bench_bwd_interleaved.json" \
+      2>&1 | grep -v Warning | tee "$OUTDIR/bench_bwd_interleaved.log"
+  fi
   echo "== summary"
   python3 bench/gpu/summarize_backward.py "$OUTDIR/bench_bwd_ours.json" "$OUTDIR/bench_bwd_peers.json" \
     | tee "$OUTDIR/summary_bwd.md"
+  [ -f "$OUTDIR/bench_bwd_interleaved.log" ] && sed -n '/^| T/,$p' "$OUTDIR/bench_bwd_interleaved.log"
 fi
 exit $test_rc

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""The Orthros PT backward and its peers timed in ONE process, sample by sample in turn, so that a
+drift of the GPU's clock (power, temperature) over the run reaches every row alike.
+
+ci/gpu_backward.sh times ours (bench_attention_backward_gpu, C++) and the peers
+(peers_backward.py) in two processes, one after the other; this script is the check of the
+ratio those two give. Rows, bf16, qwen3-8b attention shape (H_q 32, H_kv 8, D 128), w = 128,
+B = 1, PT (T_out = T):
+- ours_bwd, ours_bwd_det: orthros._cuda.attention_backward (the C++ library call, preallocated
+  outputs and workspace), the fast and the deterministic mode;
+- cudnn_window_bwd: cuDNN's sliding-window backward (nvidia-cudnn-frontend,
+  window_left = 128 with is_causal, as peers_backward.py), torch.autograd.grad on a retained graph;
+- cudnn_causal_bwd: PyTorch SDPA's cuDNN backend, full causal, the same way.
+One sample of a row: an L2 flush (peers_common.flush_l2), a synchronization, then one call between
+two CUDA events. Round r times every row once, in a rotated order (round r starts at row r mod 4).
+The ratio is median(ours) / (median(window) + median(causal)), as summarize_backward.py's.
+Needs orthros._cuda on PYTHONPATH: ci/gpu_backward.sh runs it when ci/gpu_stage_python.sh's carry came along.
+Usage: peers_backward_interleaved.py [--runs N] [--json FILE] [--quick]
+"""
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import orthros._cuda as C
+from peers_common import HKV, HQ, D, W, flush_l2, parse_args
+
+BF16 = torch.bfloat16
+
+
+def ours_calls(T, seed):
+    """The fast and deterministic backward of one PT sequence of T tokens, on packed [T, H, D]
+    inputs (o and lse from our forward)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rnd(*shape):
+        return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(BF16)
+    q, q_out, d_o, d_o_out = (rnd(T, HQ, D) for _ in range(4))
+    k, v = rnd(1, T, HKV, D), rnd(1, T, HKV, D)
+    lens = dict(q_lens=[T], out_lens=[T], cache_lens=[T])
+    o, o_out = torch.empty_like(q), torch.empty_like(q_out)
+    lse = torch.empty((T, HQ), dtype=torch.float32, device="cuda")
+    lse_out = torch.empty_like(lse)
+    stream = torch.cuda.current_stream().cuda_stream
+    nf = C.attention_workspace_bytes(dtype="bf16", num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, window=W, **lens)
+    ws = torch.empty(max(nf, 256), dtype=torch.uint8, device="cuda")
+    C.attention_forward(q=q, q_out=q_out, k_cache=k, v_cache=v, o=o, o_out=o_out, lse=lse, lse_out=lse_out,
+                        workspace=ws, window=W, stream=stream, **lens)
+    dq, dq_out = torch.empty_like(q), torch.empty_like(q_out)
+    dk, dv = torch.empty((T, HKV, D), dtype=BF16, device="cuda"), torch.empty((T, HKV, D), dtype=BF16, device="cuda")
+    nb = max(C.attention_backward_workspace_bytes(dtype="bf16", num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, window=W,
+                                                  deterministic=det, **lens) for det in (False, True))
+    ws_b = torch.empty(max(nb, 256), dtype=torch.uint8, device="cuda")
+
+    def call(det):
+        return lambda: C.attention_backward(q=q, q_out=q_out, k_cache=k, v_cache=v, o=o, o_out=o_out, lse=lse,
+                                            lse_out=lse_out, d_o=d_o, d_o_out=d_o_out, dq=dq, dq_out=dq_out, dk=dk,
+                                            dv=dv, workspace=ws_b, window=W, deterministic=det, stream=stream, **lens)
+    return call(False), call(True)
+
+
+def peer_calls(T, seed):
+    """cuDNN window and cuDNN causal backward on [1, H, T, D] inputs, GQA without repeating K/V."""
+    from cudnn.sdpa.fwd.torch_op import sdpa as cudnn_sdpa
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    torch.manual_seed(seed)
+    q = torch.randn(1, HQ, T, D, device="cuda", dtype=BF16).requires_grad_(True)
+    k = torch.randn(1, HKV, T, D, device="cuda", dtype=BF16).requires_grad_(True)
+    v = torch.randn(1, HKV, T, D, device="cuda", dtype=BF16).requires_grad_(True)
+    g = torch.randn(1, HQ, T, D, device="cuda", dtype=BF16)
+    out_w, _ = cudnn_sdpa(q, k, v, is_causal=True, window_left=W, return_lse=True)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out_c = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    return (lambda: torch.autograd.grad(out_w, (q, k, v), g, retain_graph=True),
+            lambda: torch.autograd.grad(out_c, (q, k, v), g, retain_graph=True))
+
+
+def sample_ms(fn):
+    flush_l2()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
+def main():
+    args = parse_args()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"hopper kernels: {C.hopper_kernels_available()}, {args.runs} rounds", flush=True)
+    out = {"device": torch.cuda.get_device_name(), "runs": args.runs, "rows": []}
+    for T in ([8192] if args.quick else [8192, 32768]):
+        ours_fast, ours_det = ours_calls(T, T)
+        window, causal = peer_calls(T, T)
+        fns = {"ours_bwd": ours_fast, "ours_bwd_det": ours_det, "cudnn_window_bwd": window, "cudnn_causal_bwd": causal}
+        names = list(fns)
+        for fn in fns.values():  # warm-up (first-use setup, autotuning)
+            for _ in range(3):
+                fn()
+        torch.cuda.synchronize()
+        times = {n: [] for n in names}
+        for r in range(args.runs):
+            for i in range(len(names)):
+                n = names[(r + i) % len(names)]
+                times[n].append(sample_ms(fns[n]))
+        med = {n: statistics.median(t) for n, t in times.items()}
+        peers = med["cudnn_window_bwd"] + med["cudnn_causal_bwd"]
+        row = {"T": T, "median_ms": med, "min_ms": {n: min(t) for n, t in times.items()},
+               "max_ms": {n: max(t) for n, t in times.items()}, "ours_over_peers": med["ours_bwd"] / peers,
+               "det_over_fast": med["ours_bwd_det"] / med["ours_bwd"]}
+        out["rows"].append(row)
+        print(f"PT T={T}: " + ", ".join(f"{n} {med[n]:.4f} ms [{min(times[n]):.4f}, {max(times[n]):.4f}]"
+                                        for n in names)
+              + f"; ours / (window + causal) = {row['ours_over_peers']:.3f}; det / fast = {row['det_over_fast']:.3f}",
+              flush=True)
+        del fns, ours_fast, ours_det, window, causal
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    print("\n| T | ours PT bwd (ms) | det (ms) | cuDNN window bwd | cuDNN causal bwd | sum | ours / sum | det / fast |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in out["rows"]:
+        m = r["median_ms"]
+        s = m["cudnn_window_bwd"] + m["cudnn_causal_bwd"]
+        print(f"| {r['T'] // 1024}K | {m['ours_bwd']:.3f} | {m['ours_bwd_det']:.3f} | {m['cudnn_window_bwd']:.3f} | "
+              f"{m['cudnn_causal_bwd']:.3f} | {s:.3f} | {r['ours_over_peers']:.2f}x | {r['det_over_fast']:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
