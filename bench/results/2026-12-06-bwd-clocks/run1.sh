@@ -4,10 +4,9 @@
 # and the ratio to cuDNN measured in one process. nvidia-smi logs the SM clock, power,
 # temperature and the clock-event reasons every 100 ms through:
 #   1. --backward-only (PT/SFT 8K and 32K), 2. the full benchmark, 3. --backward-only again,
-#   3b. the full benchmark at 32K alone, and again with the fused dq forced, 4. peers_backward.py (the two-process peers), 5. peers_backward_interleaved.py (ours and
-#   cuDNN in one process, in turn), 6. --backward-only once more;
-# then Nsight Compute's per-instruction stall samples of the fused kernel at PT 32K (the SASS
-# source view, exported whole for the producer warp's instructions).
+#   4. the full benchmark at 32K alone, and again with the fused dq forced, 5. peers_backward.py
+#   (the two-process peers), 6. peers_backward_interleaved.py (ours and cuDNN in one process, in
+#   turn), 7. --backward-only once more.
 # From the repository root after ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and
 # bash ci/gpu_stage_python.sh (carry build-xz, build-py312-carry, .whl):
 #   bash bench/results/2026-12-06-bwd-clocks/run1.sh
@@ -59,14 +58,4 @@ mark "end interleaved (exit $?)"
 only only3
 kill $SMI
 pack
-rep=/tmp/fused32k
-timeout 150 ncu --clock-control none --kernel-name "regex:hopper_bwd_kernel" --launch-skip 1 --launch-count 1 \
-  --section SpeedOfLight --section WarpStateStats --section SourceCounters --import-source no -o $rep -f \
-  "$BIN/bench_attention_backward_gpu" --backward-only --runs 1 --seq-lens 32768 > "$L/ncu_run.log" 2>&1
-mark "ncu exit $?"
-ncu --import $rep.ncu-rep --page source --csv --print-source sass 2>/dev/null | xz -T4 > "$OUTDIR/src.csv.xz"
-ncu --import $rep.ncu-rep --page details > "$L/ncu_details.txt" 2>&1
-python3 bench/results/2026-12-06-bwd-profile/stall_table.py <(xz -dc "$OUTDIR/src.csv.xz") > "$L/ncu_source_top.txt" 2>&1
-pack
 cat "$OUTDIR/times.txt"; cat "$OUTDIR/summary_bwd.md"; tail -5 "$OUTDIR/interleaved.log"
-grep -E "Duration|SM Frequency" "$L/ncu_details.txt" | head -3
