@@ -90,12 +90,14 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   # ratio above): needs orthros._cuda, i.e. ci/gpu_stage_python.sh's carry (build-py312-carry).
   PYCARRY=${ORTHROS_PY_CARRY:-build-py312-carry}
   if [ -d "$PYCARRY/orthros" ]; then
-    echo "== benchmark (ours and cuDNN interleaved, one process)"
+    echo "== benchmark (ours and cuDNN interleaved, one process; extension built at $(head -1 "$PYCARRY/COMMIT"))"
+    head -1 "$PYCARRY/COMMIT" | sed 's/^/python carry: /' >> "$OUTDIR/env.txt"
     PKG=$(mktemp -d)
     mkdir -p "$PKG/orthros" && cp -r verify/python/orthros/. "$PKG/orthros/" && cp "$PYCARRY"/orthros/*.so "$PKG/orthros/"
-    PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/$PYCARRY:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$(cd "$PYCARRY" && pwd):$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
       timeout 300 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$OUTDIR/bench_bwd_interleaved.json" \
       2>&1 | grep -v Warning | tee "$OUTDIR/bench_bwd_interleaved.log"
+    rm -rf "$PKG"
   fi
   echo "== summary"
   python3 bench/gpu/summarize_backward.py "$OUTDIR/bench_bwd_ours.json" "$OUTDIR/bench_bwd_peers.json" \

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Device call of 2026-12-06 (seventh session), c8af6de's kernels: why the PT 32K backward reads
-# 44-45 ms in `bench_attention_backward_gpu --backward-only` and 48-54 ms in the full benchmark,
+# about 8-9 % slower in the full `bench_attention_backward_gpu` than in its --backward-only rows,
 # and the ratio to cuDNN measured in one process. nvidia-smi logs the SM clock, power,
 # temperature and the clock-event reasons every 100 ms through:
 #   1. --backward-only (PT/SFT 8K and 32K), 2. the full benchmark, 3. --backward-only again,
-#   4. the full benchmark at 32K alone, and again with the fused dq forced, 5. peers_backward.py
+#   4. the full benchmark at 32K alone, 5. peers_backward.py
 #   (the two-process peers), 6. peers_backward_interleaved.py (ours and cuDNN in one process, in
 #   turn), 7. --backward-only once more.
 # From the repository root after ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and
@@ -29,6 +29,7 @@ only() {
   timeout 100 "$BIN/bench_attention_backward_gpu" --backward-only --runs 9 --seq-lens 8192,32768 > "$L/$1.log" 2>&1
   mark "end $1"
   grep -E "_bwd " "$L/$1.log" | awk -v b=$1 '{print b, $1, $(NF-1)}' | tee -a "$OUTDIR/times.txt"
+  pack
 }
 sleep 2
 only only1
@@ -37,13 +38,11 @@ timeout 150 "$BIN/bench_attention_backward_gpu" --runs 9 --json "$L/bench_bwd_ou
 mark "end full"
 grep -E "^(pt|sft)_T(8|32)K_bwd(_det)? " "$L/bench_bwd_ours.log" | awk '{print "full", $1, $(NF-1)}' | tee -a "$OUTDIR/times.txt"
 only only2
-for v in full32 full32_fused; do
-  mark "start $v"
-  ORTHROS_BWD_FUSED_DQ=$([ $v = full32_fused ] && echo 1) timeout 100 "$BIN/bench_attention_backward_gpu" --runs 9 \
-    --seq-lens 32768 > "$L/$v.log" 2>&1
-  mark "end $v"
-  grep -E "^(pt|sft)_T32K_bwd(_det)? " "$L/$v.log" | awk -v b=$v '{print b, $1, $(NF-1)}' | tee -a "$OUTDIR/times.txt"
-done
+mark "start full32"
+timeout 100 "$BIN/bench_attention_backward_gpu" --runs 9 --seq-lens 32768 > "$L/full32.log" 2>&1
+mark "end full32"
+grep -E "^(pt|sft)_T32K_bwd(_det)? " "$L/full32.log" | awk '{print "full32", $1, $(NF-1)}' | tee -a "$OUTDIR/times.txt"
+pack
 mark "start peers"
 timeout 150 python3 bench/gpu/peers_backward.py --runs 9 --json "$L/bench_bwd_peers.json" > "$L/bench_bwd_peers.log" 2>&1
 mark "end peers"
@@ -51,7 +50,7 @@ python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_p
 PKG=$(mktemp -d)
 mkdir -p "$PKG/orthros" && cp -r verify/python/orthros/. "$PKG/orthros/" && cp build-py312-carry/orthros/*.so "$PKG/orthros/"
 mark "start interleaved"
-PYTHONPATH="$PKG:$PYTHONPATH" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
+PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
   timeout 200 python3 bench/gpu/peers_backward_interleaved.py --runs 15 --json "$L/bench_bwd_interleaved.json" \
   > "$OUTDIR/interleaved.log" 2>&1
 mark "end interleaved (exit $?)"
