@@ -3,10 +3,9 @@
 # about 8-9 % slower in the full `bench_attention_backward_gpu` than in its --backward-only rows,
 # and the ratio to cuDNN measured in one process. nvidia-smi logs the SM clock, power,
 # temperature and the clock-event reasons every 100 ms through:
-#   1. --backward-only (PT/SFT 8K and 32K), 2. the full benchmark, 3. --backward-only again,
-#   4. the full benchmark at 32K alone, 5. peers_backward.py
-#   (the two-process peers), 6. peers_backward_interleaved.py (ours and cuDNN in one process, in
-#   turn), 7. --backward-only once more.
+#   1. --backward-only (PT/SFT 8K and 32K), 2. the full benchmark, 3. peers_backward_interleaved.py
+#   (ours and cuDNN in one process, in turn), 4. peers_backward.py (the two-process peers),
+#   5. --backward-only again.
 # From the repository root after ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and
 # bash ci/gpu_stage_python.sh (carry build-xz, build-py312-carry, .whl):
 #   bash bench/results/2026-12-06-bwd-clocks/run1.sh
@@ -37,24 +36,18 @@ mark "start full"
 timeout 150 "$BIN/bench_attention_backward_gpu" --runs 9 --json "$L/bench_bwd_ours.json" > "$L/bench_bwd_ours.log" 2>&1
 mark "end full"
 grep -E "^(pt|sft)_T(8|32)K_bwd(_det)? " "$L/bench_bwd_ours.log" | awk '{print "full", $1, $(NF-1)}' | tee -a "$OUTDIR/times.txt"
-only only2
-mark "start full32"
-timeout 100 "$BIN/bench_attention_backward_gpu" --runs 9 --seq-lens 32768 > "$L/full32.log" 2>&1
-mark "end full32"
-grep -E "^(pt|sft)_T32K_bwd(_det)? " "$L/full32.log" | awk '{print "full32", $1, $(NF-1)}' | tee -a "$OUTDIR/times.txt"
-pack
-mark "start peers"
-timeout 150 python3 bench/gpu/peers_backward.py --runs 9 --json "$L/bench_bwd_peers.json" > "$L/bench_bwd_peers.log" 2>&1
-mark "end peers"
-python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_peers.json" > "$OUTDIR/summary_bwd.md" 2>&1
 PKG=$(mktemp -d)
 mkdir -p "$PKG/orthros" && cp -r verify/python/orthros/. "$PKG/orthros/" && cp build-py312-carry/orthros/*.so "$PKG/orthros/"
 mark "start interleaved"
 PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
-  timeout 200 python3 bench/gpu/peers_backward_interleaved.py --runs 15 --json "$L/bench_bwd_interleaved.json" \
+  timeout 200 python3 bench/gpu/peers_backward_interleaved.py --runs 9 --json "$L/bench_bwd_interleaved.json" \
   > "$OUTDIR/interleaved.log" 2>&1
-mark "end interleaved (exit $?)"
-only only3
+mark "end interleaved (exit $?)"; pack
+mark "start peers"
+timeout 150 python3 bench/gpu/peers_backward.py --runs 9 --json "$L/bench_bwd_peers.json" > "$L/bench_bwd_peers.log" 2>&1
+mark "end peers"
+python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_peers.json" > "$OUTDIR/summary_bwd.md" 2>&1
+only only2
 kill $SMI
 pack
 cat "$OUTDIR/times.txt"; cat "$OUTDIR/summary_bwd.md"; tail -5 "$OUTDIR/interleaved.log"
