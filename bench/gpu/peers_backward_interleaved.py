@@ -11,11 +11,14 @@ B = 1, PT (T_out = T):
 - cudnn_window_bwd: cuDNN's sliding-window backward (nvidia-cudnn-frontend,
   window_left = 128 with is_causal, as peers_backward.py), torch.autograd.grad on a retained graph;
 - cudnn_causal_bwd: PyTorch SDPA's cuDNN backend, full causal, the same way.
-One sample of a row: an L2 flush (peers_common.flush_l2), a synchronization, then one call between
-two CUDA events. Round r times every row once, in a rotated order (round r starts at row r mod 4).
-The ratio is median(ours) / (median(window) + median(causal)), as summarize_backward.py's.
-Needs orthros._cuda on PYTHONPATH: ci/gpu_backward.sh runs it when ci/gpu_stage_python.sh's carry came along.
-Usage: peers_backward_interleaved.py [--runs N] [--json FILE] [--quick]
+One sample of a row: an L2 flush (peers_common.flush_l2), a synchronization, then --b2b calls
+(default 1) between two CUDA events. Round r times every row once, in a rotated order (round r
+starts at row r mod 4). The ratio is median(ours) / (median(window) + median(causal)), as
+summarize_backward.py's. With one call per sample the host's work before the first kernel counts
+(sample_ms): at 8K it inflated cuDNN's window row from 0.68 to 1.18 ms on an H100
+(bench/results/2026-12-06-bwd-clocks.md), so quote the 8K ratio only with --b2b > 1 or not at all.
+Needs orthros._cuda on PYTHONPATH: ci/gpu_backward.sh runs it when ci/gpu_stage_python.sh's carry
+came along. Usage: peers_backward_interleaved.py [--runs N] [--json FILE] [--quick] [--b2b N]
 """
 import json
 import statistics
@@ -25,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import orthros._cuda as C
-from peers_common import HKV, HQ, D, W, flush_l2, parse_args
+from peers_common import CALLS_PER_SAMPLE, HKV, HQ, D, W, flush_l2, parse_args
 
 BF16 = torch.bfloat16
 
@@ -62,7 +65,8 @@ def ours_calls(T, seed):
 
 
 def peer_calls(T, seed):
-    """cuDNN window and cuDNN causal backward on [1, H, T, D] inputs, GQA without repeating K/V."""
+    """cuDNN window and cuDNN causal backward on [1, H, T, D] inputs, GQA without repeating K/V.
+    Raises ImportError without nvidia-cudnn-frontend (the window peer)."""
     from cudnn.sdpa.fwd.torch_op import sdpa as cudnn_sdpa
     from torch.nn.attention import SDPBackend, sdpa_kernel
     torch.manual_seed(seed)
@@ -78,29 +82,40 @@ def peer_calls(T, seed):
 
 
 def sample_ms(fn):
+    """One sample: an L2 flush, a synchronization, then --b2b calls back to back between two events
+    (ms per call). With one call the interval includes the host's work before the first kernel
+    reaches the idle GPU (autograd's, for the peers): a few hundred microseconds, which only the
+    short rows notice; more calls per sample overlap it."""
     flush_l2()
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per = CALLS_PER_SAMPLE[0]
     a.record()
-    fn()
+    for _ in range(per):
+        fn()
     b.record()
     b.synchronize()
-    return a.elapsed_time(b)
+    return a.elapsed_time(b) / per
 
 
 def main():
     args = parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"hopper kernels: {C.hopper_kernels_available()}, {args.runs} rounds", flush=True)
-    out = {"device": torch.cuda.get_device_name(), "runs": args.runs, "rows": []}
+          f"hopper kernels: {C.hopper_kernels_available()}, {args.runs} rounds, {CALLS_PER_SAMPLE[0]} call(s) per sample",
+          flush=True)
+    out = {"device": torch.cuda.get_device_name(), "runs": args.runs, "calls_per_sample": CALLS_PER_SAMPLE[0], "rows": []}
     for T in ([8192] if args.quick else [8192, 32768]):
         ours_fast, ours_det = ours_calls(T, T)
-        window, causal = peer_calls(T, T)
+        try:
+            window, causal = peer_calls(T, T)
+        except ImportError as e:
+            print(f"cuDNN peers unavailable ({e}): nvidia-cudnn-frontend is needed (carried as a wheel in .whl/)")
+            return 1
         fns = {"ours_bwd": ours_fast, "ours_bwd_det": ours_det, "cudnn_window_bwd": window, "cudnn_causal_bwd": causal}
         names = list(fns)
-        for fn in fns.values():  # warm-up (first-use setup, autotuning)
+        for name in names:  # warm-up (first-use setup, autotuning)
             for _ in range(3):
-                fn()
+                fns[name]()
         torch.cuda.synchronize()
         times = {n: [] for n in names}
         for r in range(args.runs):
