@@ -11,12 +11,13 @@ B = 1, PT (T_out = T):
 - cudnn_window_bwd: cuDNN's sliding-window backward (nvidia-cudnn-frontend,
   window_left = 128 with is_causal, as peers_backward.py), torch.autograd.grad on a retained graph;
 - cudnn_causal_bwd: PyTorch SDPA's cuDNN backend, full causal, the same way.
-One sample of a row: an L2 flush (peers_common.flush_l2), a synchronization, then --b2b calls
-(default 1) between two CUDA events. Round r times every row once, in a rotated order (round r
-starts at row r mod 4). The ratio is median(ours) / (median(window) + median(causal)), as
-summarize_backward.py's. With one call per sample the host's work before the first kernel counts
-(sample_ms): at 8K it inflated cuDNN's window row from 0.68 to 1.18 ms on an H100
-(bench/results/2026-12-06-bwd-clocks.md), so quote the 8K ratio only with --b2b > 1 or not at all.
+One sample of a row: an L2 flush, a synchronization, then --b2b calls (default 1) between two
+CUDA events (peers_common.sample_ms, as peers_backward.py times). Round r times every row once, in
+a rotated order (round r starts at row r mod 4). The ratio is median(ours) / (median(window) +
+median(causal)), as summarize_backward.py's. Short rows read longer here than in
+peers_backward.py: at 8K cuDNN's window backward 1.18 against 0.68 ms on an H100
+(bench/results/2026-12-06-bwd-clocks.md; why is not measured), so the table marks rows under 5 ms
+when one call makes a sample; --b2b > 1 is the untried remedy.
 Needs orthros._cuda on PYTHONPATH: ci/gpu_backward.sh runs it when ci/gpu_stage_python.sh's carry
 came along. Usage: peers_backward_interleaved.py [--runs N] [--json FILE] [--quick] [--b2b N]
 """
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import orthros._cuda as C
-from peers_common import CALLS_PER_SAMPLE, HKV, HQ, D, W, flush_l2, parse_args
+from peers_common import CALLS_PER_SAMPLE, HKV, HQ, D, W, parse_args, sample_ms
 
 BF16 = torch.bfloat16
 
@@ -81,23 +82,6 @@ def peer_calls(T, seed):
             lambda: torch.autograd.grad(out_c, (q, k, v), g, retain_graph=True))
 
 
-def sample_ms(fn):
-    """One sample: an L2 flush, a synchronization, then --b2b calls back to back between two events
-    (ms per call). With one call the interval includes the host's work before the first kernel
-    reaches the idle GPU (autograd's, for the peers): a few hundred microseconds, which only the
-    short rows notice; more calls per sample overlap it."""
-    flush_l2()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per = CALLS_PER_SAMPLE[0]
-    a.record()
-    for _ in range(per):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / per
-
-
 def main():
     args = parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
@@ -142,11 +126,11 @@ def main():
     for r in out["rows"]:
         m = r["median_ms"]
         s = m["cudnn_window_bwd"] + m["cudnn_causal_bwd"]
-        # One call per sample: a row under 5 ms carries the host's launch work (sample_ms).
-        host_bound = CALLS_PER_SAMPLE[0] == 1 and min(m.values()) < 5.0
+        # One call per sample and a row under 5 ms: the short rows' reading is in doubt (docstring).
+        short = CALLS_PER_SAMPLE[0] == 1 and min(m.values()) < 5.0
         print(f"| {r['T'] // 1024}K | {m['ours_bwd']:.3f} | {m['ours_bwd_det']:.3f} | {m['cudnn_window_bwd']:.3f} | "
               f"{m['cudnn_causal_bwd']:.3f} | {s:.3f} | {r['ours_over_peers']:.2f}x"
-              f"{' (host work included: use --b2b)' if host_bound else ''} | {r['det_over_fast']:.2f}x |")
+              f"{' (rows under 5 ms in doubt: see --b2b)' if short else ''} | {r['det_over_fast']:.2f}x |")
     return 0
 
 

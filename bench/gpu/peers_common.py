@@ -41,27 +41,30 @@ def flush_l2():
     _L2_FLUSH[0].zero_()
 
 
+def sample_ms(fn):
+    """One CUDA-event-timed sample of fn in ms per call: an L2 flush and a synchronization (neither
+    timed), then CALLS_PER_SAMPLE[0] calls back to back. The interval includes the host's work
+    before the first call's first kernel reaches the idle GPU; more calls per sample overlap it
+    with the GPU's work."""
+    flush_l2()
+    torch.cuda.synchronize()
+    a = torch.cuda.Event(enable_timing=True)
+    b = torch.cuda.Event(enable_timing=True)
+    per = CALLS_PER_SAMPLE[0]
+    a.record()
+    for _ in range(per):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / per
+
+
 def median_ms(fn, runs, warm=3):
-    """Median of `runs` CUDA-event-timed samples of fn after `warm` untimed calls, in ms per call;
-    a sample is CALLS_PER_SAMPLE[0] calls back to back, after an L2 flush and a synchronization
-    (neither timed)."""
+    """Median of `runs` samples of fn (sample_ms) after `warm` untimed calls, in ms per call."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    per = CALLS_PER_SAMPLE[0]
-    ts = []
-    for _ in range(runs):
-        flush_l2()
-        torch.cuda.synchronize()
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(per):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / per)
-    ts.sort()
+    ts = sorted(sample_ms(fn) for _ in range(runs))
     return ts[len(ts) // 2]
 
 
