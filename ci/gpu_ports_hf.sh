@@ -27,8 +27,8 @@ CUBLAS_SO=$(ldconfig -p | grep -o '/[^ ]*libcublas\.so\.13$' | head -1)
 export ORTHROS="$PWD/$CARRY/orthros-cli" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 PY=${PYTHON:-python3}
 # the Python package: the working tree's pure-Python files plus the carried compiled modules
-PKG=$(mktemp -d)
-mkdir -p "$PKG/orthros" && cp -r verify/python/orthros/. "$PKG/orthros/" && cp "$CARRY"/orthros/*.so "$PKG/orthros/"
+source ci/python_package.sh
+PKG=$(orthros_python_package "$CARRY")
 if ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi

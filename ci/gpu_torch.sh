@@ -20,12 +20,12 @@ export ORTHROS_GPU_BIN=${ORTHROS_PY_CARRY:-build-py312-carry}
 source ci/gpu_env.sh  # BIN (the carry), OUTDIR, LD_LIBRARY_PATH (the carry's libgomp, cuBLAS, NCCL)
 PY=${PYTHON:-python3}
 [ -d "$BIN/orthros" ] || { echo "no $BIN/orthros: run ci/gpu_stage_python.sh on the build host and carry $BIN"; exit 2; }
+source ci/python_package.sh
 TMP=$(mktemp -d)
 LOGS="$TMP/logs"
-mkdir -p "$TMP/pkg/orthros" "$LOGS"
-cp -r verify/python/orthros/. "$TMP/pkg/orthros/"
-cp "$BIN"/orthros/*.so "$TMP/pkg/orthros/"
-export PYTHONPATH="$TMP/pkg${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
+mkdir -p "$LOGS"
+PKG=$(orthros_python_package "$BIN")
+export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 export ORTHROS="$PWD/$BIN/orthros-cli"  # the command line tool (`orthros golden` makes the suites)
 rc=0
 main() {
@@ -63,5 +63,5 @@ main() {
 main 2>&1 | tee "$OUTDIR/gpu_torch_summary.txt"
 rc=$(sed -n 's/^tests exit status: //p' "$OUTDIR/gpu_torch_summary.txt" | tail -1)
 tar -C "$TMP" -czf "$OUTDIR/gpu_torch_logs.tar.gz" logs
-rm -rf "$TMP"
+rm -rf "$TMP" "$PKG"
 exit "${rc:-1}"
