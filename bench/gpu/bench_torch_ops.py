@@ -61,8 +61,8 @@ class Case:
             self.dq, self.dq_out = torch.empty_like(self.q), torch.empty_like(self.q_out)
             self.dk = torch.empty((B * T, HKV, D), dtype=BF16, device="cuda")
             self.dv = torch.empty_like(self.dk)
-            nb = C.attention_backward_workspace_bytes(dtype="bf16", num_q_heads=HQ, num_kv_heads=HKV, head_dim=D,
-                                                      window=W, **lens)
+            nb = max(C.attention_backward_workspace_bytes(dtype="bf16", num_q_heads=HQ, num_kv_heads=HKV, head_dim=D,
+                                                          window=W, deterministic=det, **lens) for det in (False, True))
             self.ws_b = torch.empty(max(nb, 256), dtype=torch.uint8, device="cuda")
             self.leaves = [t.detach().clone().requires_grad_() for t in (self.q, self.q_out, self.k, self.v)]
 
@@ -71,10 +71,15 @@ class Case:
                             lse=self.lse, lse_out=self.lse_out, workspace=self.ws, window=W, stream=stream(),
                             **self.lens)
         if self.grad:
-            C.attention_backward(q=self.q, q_out=self.q_out, k_cache=self.k, v_cache=self.v, o=self.o,
-                                 o_out=self.o_out, lse=self.lse, lse_out=self.lse_out, d_o=self.d_o,
-                                 d_o_out=self.d_o_out, dq=self.dq, dq_out=self.dq_out, dk=self.dk, dv=self.dv,
-                                 workspace=self.ws_b, window=W, stream=stream(), **self.lens)
+            self.backward()
+
+    def backward(self, deterministic=False):
+        """The extension's backward alone (grad cases; o and lse from an earlier ext()), either mode:
+        ws_b fits both."""
+        C.attention_backward(q=self.q, q_out=self.q_out, k_cache=self.k, v_cache=self.v, o=self.o,
+                             o_out=self.o_out, lse=self.lse, lse_out=self.lse_out, d_o=self.d_o,
+                             d_o_out=self.d_o_out, dq=self.dq, dq_out=self.dq_out, dk=self.dk, dv=self.dv,
+                             workspace=self.ws_b, window=W, deterministic=deterministic, stream=stream(), **self.lens)
 
     def torch_op(self):
         if not self.grad:

@@ -29,40 +29,18 @@ import torch
 import torch.nn.functional as F
 
 import orthros._cuda as C
+from bench_torch_ops import Case
 from peers_common import CALLS_PER_SAMPLE, HKV, HQ, D, W, parse_args, sample_ms
 
 BF16 = torch.bfloat16
 
 
-def ours_calls(T, seed):
-    """The fast and deterministic backward of one PT sequence of T tokens, on packed [T, H, D]
-    inputs (o and lse from our forward)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-
-    def rnd(*shape):
-        return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(BF16)
-    q, q_out, d_o, d_o_out = (rnd(T, HQ, D) for _ in range(4))
-    k, v = rnd(1, T, HKV, D), rnd(1, T, HKV, D)
-    lens = dict(q_lens=[T], out_lens=[T], cache_lens=[T])
-    o, o_out = torch.empty_like(q), torch.empty_like(q_out)
-    lse = torch.empty((T, HQ), dtype=torch.float32, device="cuda")
-    lse_out = torch.empty_like(lse)
-    stream = torch.cuda.current_stream().cuda_stream
-    nf = C.attention_workspace_bytes(dtype="bf16", num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, window=W, **lens)
-    ws = torch.empty(max(nf, 256), dtype=torch.uint8, device="cuda")
-    C.attention_forward(q=q, q_out=q_out, k_cache=k, v_cache=v, o=o, o_out=o_out, lse=lse, lse_out=lse_out,
-                        workspace=ws, window=W, stream=stream, **lens)
-    dq, dq_out = torch.empty_like(q), torch.empty_like(q_out)
-    dk, dv = torch.empty((T, HKV, D), dtype=BF16, device="cuda"), torch.empty((T, HKV, D), dtype=BF16, device="cuda")
-    nb = max(C.attention_backward_workspace_bytes(dtype="bf16", num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, window=W,
-                                                  deterministic=det, **lens) for det in (False, True))
-    ws_b = torch.empty(max(nb, 256), dtype=torch.uint8, device="cuda")
-
-    def call(det):
-        return lambda: C.attention_backward(q=q, q_out=q_out, k_cache=k, v_cache=v, o=o, o_out=o_out, lse=lse,
-                                            lse_out=lse_out, d_o=d_o, d_o_out=d_o_out, dq=dq, dq_out=dq_out, dk=dk,
-                                            dv=dv, workspace=ws_b, window=W, deterministic=det, stream=stream, **lens)
-    return call(False), call(True)
+def ours_calls(T):
+    """The fast and deterministic backward of one PT sequence of T tokens through the extension
+    (bench_torch_ops.Case: packed [T, H, D] inputs, o and lse from our forward)."""
+    case = Case(f"PT {T}", 1, 0, T, T, grad=True)
+    case.ext()
+    return (lambda: case.backward(False)), (lambda: case.backward(True))
 
 
 def peer_calls(T, seed):
@@ -89,7 +67,7 @@ def main():
           flush=True)
     out = {"device": torch.cuda.get_device_name(), "runs": args.runs, "calls_per_sample": CALLS_PER_SAMPLE[0], "rows": []}
     for T in ([8192] if args.quick else [8192, 32768]):
-        ours_fast, ours_det = ours_calls(T, T)
+        ours_fast, ours_det = ours_calls(T)
         try:
             window, causal = peer_calls(T, T)
         except ImportError as e:
