@@ -24,31 +24,33 @@ test_rc=0
 # And the automatic path with the dk/dv kernel's pipelined loop off (ORTHROS_BWD_PIPE=0: by
 # default it runs below 24K output rows, so these sizes would never reach the plain loop at D = 128),
 # and with the dq and dk/dv kernels on one stream (ORTHROS_BWD_CONCURRENT=0).
-for path in automatic generic fused unpiped serial; do
-  echo "== backward gpu tests ($path)"
-  kernel=automatic fused= pipe= concurrent=
-  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
-  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
-    timeout 240 "$BIN/test_attention_backward_gpu" \
-    > "$OUTDIR/tests_bwd_$path.log" 2>&1
-  rc=$?
-  grep -E "^\[  |^\[       OK|FAILED|Failure|^\[ bwd|^(dq|dk|dv|dq_out):" "$OUTDIR/tests_bwd_$path.log" | cut -c1-300
-  echo "tests ($path) exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
-done
-for fused in "" 1; do
-  echo "== layer backward gpu tests${fused:+ (fused dq)}"
-  ORTHROS_BWD_FUSED_DQ=$fused timeout 240 "$BIN/test_layer_backward_gpu" > "$OUTDIR/tests_layer_bwd$fused.log" 2>&1
-  layer_rc=$?
-  grep -E "^\[  |^\[       OK|FAILED|Failure|worst|FAIL" "$OUTDIR/tests_layer_bwd$fused.log" | cut -c1-300
-  echo "layer tests exit status: $layer_rc"
-  [ $test_rc -eq 0 ] && test_rc=$layer_rc
-done
-echo "== orthros verify --grad --device cuda"
-for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
-  set -- $cfg
-  timeout 240 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2 2>&1 | tee -a "$OUTDIR/verify_grad_cuda.log"
-  rc=${PIPESTATUS[0]}; echo "verify --grad --device cuda $1 exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
-done
+if [ -z "${ORTHROS_SKIP_TESTS:-}" ]; then
+  for path in automatic generic fused unpiped serial; do
+    echo "== backward gpu tests ($path)"
+    kernel=automatic fused= pipe= concurrent=
+    case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
+    ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
+      timeout 240 "$BIN/test_attention_backward_gpu" \
+      > "$OUTDIR/tests_bwd_$path.log" 2>&1
+    rc=$?
+    grep -E "^\[  |^\[       OK|FAILED|Failure|^\[ bwd|^(dq|dk|dv|dq_out):" "$OUTDIR/tests_bwd_$path.log" | cut -c1-300
+    echo "tests ($path) exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
+  done
+  for fused in "" 1; do
+    echo "== layer backward gpu tests${fused:+ (fused dq)}"
+    ORTHROS_BWD_FUSED_DQ=$fused timeout 240 "$BIN/test_layer_backward_gpu" > "$OUTDIR/tests_layer_bwd$fused.log" 2>&1
+    layer_rc=$?
+    grep -E "^\[  |^\[       OK|FAILED|Failure|worst|FAIL" "$OUTDIR/tests_layer_bwd$fused.log" | cut -c1-300
+    echo "layer tests exit status: $layer_rc"
+    [ $test_rc -eq 0 ] && test_rc=$layer_rc
+  done
+  echo "== orthros verify --grad --device cuda"
+  for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
+    set -- $cfg
+    timeout 240 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2 2>&1 | tee -a "$OUTDIR/verify_grad_cuda.log"
+    rc=${PIPESTATUS[0]}; echo "verify --grad --device cuda $1 exit status: $rc"; [ $test_rc -eq 0 ] && test_rc=$rc
+  done
+fi
 if [ -z "${ORTHROS_SKIP_SANITIZER:-}" ]; then
   # Every Hopper dk/dv loop: the two kernels with the pipelined loop (default at these sizes), the
   # plain loop (ORTHROS_BWD_PIPE=0) and the fused dq.

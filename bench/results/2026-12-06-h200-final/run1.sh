@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Device call for issue 20's "Done when" on the H200 (2026-12-06, eighth session): the final
+# commit's kernels (cuda/ = c8af6de), all in one call, most important first, each step only if the
+# call's time budget (BUDGET seconds, default 560) still holds its time limit:
+#   1. the table: our backward benchmark, the backward peers (two processes), ours and cuDNN in one
+#      process, our forward benchmark, the forward peers (median of RUNS, default 15);
+#   2. the GPU tests: backward on five paths, layer backward, verify --grad; forward on both paths,
+#      the kernel-family tests, the layer forward, verify --device cuda;
+#   3. compute-sanitizer (memcheck, racecheck, initcheck, synccheck): backward SanitizerSmall on three
+#      loops, then the forward suite (few draws) on the Hopper path.
+# Logs are packed after each step (the device returns 8 files). From the repository root after
+# ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and bash ci/gpu_stage_python.sh
+# (carry build-xz, build-py312-carry, .whl):   bash bench/results/2026-12-06-h200-final/run1.sh
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source ci/gpu_env.sh
+BUDGET=${BUDGET:-560} RUNS=${RUNS:-15}
+L=$OUTDIR/logs; mkdir -p "$L"
+pack() { tar -C "$OUTDIR" -cJf "$OUTDIR/logs.tar.xz" logs; }
+st() { echo "[$SECONDS s] $*" | tee -a "$OUTDIR/summary.txt"; }
+rc_all=0
+# step NAME LIMIT CMD...: runs CMD under `timeout LIMIT` (stdout+stderr to logs/NAME.log) when the
+# budget still holds LIMIT seconds; else records it as skipped.
+step() {
+  local name=$1 limit=$2; shift 2
+  if [ $((SECONDS + limit)) -gt "$BUDGET" ]; then st "$name: SKIPPED (budget)"; return; fi
+  timeout "$limit" "$@" > "$L/$name.log" 2>&1
+  local rc=$?; [ $rc_all -eq 0 ] && rc_all=$rc
+  st "$name exit $rc: $(grep -hE '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' "$L/$name.log" | head -2 | tr '\n' ' ')"
+  [ $rc -ne 0 ] && grep -E -A4 "Failure|FAILED|rror" "$L/$name.log" | head -12
+}
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
+  head -1 "$BIN/COMMIT"; head -1 build-py312-carry/COMMIT; date -u; } | tee "$OUTDIR/env.txt"
+if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+# 1. The table.
+step bench_bwd_ours 120 "$BIN/bench_attention_backward_gpu" --runs "$RUNS" --json "$L/bench_bwd_ours.json"
+step bench_bwd_peers 150 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$L/bench_bwd_peers.json"
+python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_peers.json" > "$OUTDIR/summary_bwd.md" 2>&1
+pack
+source ci/python_package.sh
+PKG=$(orthros_python_package build-py312-carry)
+PYTHONPATH="$PKG:${PYTHONPATH:-}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
+  step bench_bwd_interleaved 150 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$L/bench_bwd_interleaved.json"
+step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/bench_fwd_ours.json"
+step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
+python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" > "$OUTDIR/summary_fwd.md" 2>&1
+pack
+# 2. The GPU tests on both paths.
+for path in automatic generic fused unpiped serial; do
+  kernel=automatic fused= pipe= concurrent=
+  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
+  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
+    step tests_bwd_$path 60 "$BIN/test_attention_backward_gpu"
+done
+for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd$fused 60 "$BIN/test_layer_backward_gpu"; done
+for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
+  set -- $cfg; step verify_grad_$1 60 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2
+done
+pack
+for kernel in automatic generic; do
+  ORTHROS_TEST_KERNEL=$kernel RC_PARAMS=max_success=100 step tests_fwd_$kernel 150 "$BIN/test_attention_gpu"
+done
+for band in "" 7; do ORTHROS_FWD_BAND=$band step tests_kernels$band 120 "$BIN/test_attention_kernels_gpu"; done
+step tests_layer 60 "$BIN/test_layer_gpu"
+for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
+pack
+# 3. The sanitizers.
+for variant in "" fused unpiped; do
+  fused= pipe=; case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
+  for tool in memcheck racecheck initcheck synccheck; do
+    ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe step san_bwd_$tool$variant 60 compute-sanitizer --tool $tool \
+      --error-exitcode 3 "$BIN/test_attention_backward_gpu" --gtest_filter='*SanitizerSmall*'
+  done
+done
+pack
+for tool in memcheck racecheck initcheck synccheck; do
+  RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
+    --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
+  pack
+done
+rm -rf "$PKG"
+st "all steps exit $rc_all"
+cat "$OUTDIR/summary_bwd.md" "$OUTDIR/summary_fwd.md"; sed -n '/^| T/,$p' "$L/bench_bwd_interleaved.log"
+exit $rc_all
