@@ -4,10 +4,11 @@
 # call's time budget (BUDGET seconds, default 560) still holds its time limit:
 #   1. the table: our backward benchmark, the backward peers (two processes), ours and cuDNN in one
 #      process, our forward benchmark, the forward peers (median of RUNS, default 15);
+#   1b. an A/B of the fused dq's Q/dO ring, 2 against 3 stages (dq3.patch; binaries *_dq2, *_dq3);
 #   2. the GPU tests: backward on five paths, layer backward, verify --grad; forward on both paths,
-#      the kernel-family tests, the layer forward, verify --device cuda;
+#      the kernel-family tests, the layer forward, verify --device cuda; dq3's suite;
 #   3. compute-sanitizer (memcheck, racecheck, initcheck, synccheck): backward SanitizerSmall on three
-#      loops, then the forward suite (few draws) on the Hopper path.
+#      loops and dq3's fused dq, then the forward suite (few draws) on the Hopper path.
 # Logs are packed after each step (the device returns 8 files). From the repository root after
 # ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and bash ci/gpu_stage_python.sh
 # (carry build-xz, build-py312-carry, .whl):   bash bench/results/2026-12-06-h200-final/run1.sh
@@ -48,6 +49,17 @@ step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/benc
 step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
 python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" > "$OUTDIR/summary_fwd.md" 2>&1
 pack
+# 1b. A/B of the fused dq's Q/dO ring (dq3.patch): base (2 stages), dq2 (dq3.patch's shared-memory
+# layout, 2 stages), dq3 (3 stages); backward only, the fused dq forced, PT/SFT 8K and 32K,
+# median of 9, interleaved twice.
+for rep in 1 2; do
+  for v in base dq2 dq3; do
+    bin=$BIN/bench_attention_backward_gpu; [ $v != base ] && bin=${bin}_$v
+    ORTHROS_BWD_FUSED_DQ=1 step ab_${v}_$rep 60 "$bin" --backward-only --runs 9 --seq-lens 8192,32768
+    grep -E "_bwd " "$L/ab_${v}_$rep.log" | awk -v b=$v -v r=$rep '{print r, b, $1, $(NF-1)}' | tee -a "$OUTDIR/ab.txt"
+  done
+done
+pack
 # 2. The GPU tests on both paths.
 for path in automatic generic fused unpiped serial; do
   kernel=automatic fused= pipe= concurrent=
@@ -67,6 +79,8 @@ for band in "" 7; do ORTHROS_FWD_BAND=$band step tests_kernels$band 120 "$BIN/te
 step tests_layer 60 "$BIN/test_layer_gpu"
 for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
 pack
+ORTHROS_BWD_FUSED_DQ=1 step tests_bwd_dq3_fused 60 "$BIN/test_attention_backward_gpu_dq3"
+step tests_bwd_dq3 60 "$BIN/test_attention_backward_gpu_dq3"
 # 3. The sanitizers.
 for variant in "" fused unpiped; do
   fused= pipe=; case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
@@ -77,11 +91,16 @@ for variant in "" fused unpiped; do
 done
 pack
 for tool in memcheck racecheck initcheck synccheck; do
+  ORTHROS_BWD_FUSED_DQ=1 step san_bwd_dq3_$tool 60 compute-sanitizer --tool $tool --error-exitcode 3 \
+    "$BIN/test_attention_backward_gpu_dq3" --gtest_filter='*SanitizerSmall*'
+done
+for tool in memcheck racecheck initcheck synccheck; do
   RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
     --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
   pack
 done
 rm -rf "$PKG"
 st "all steps exit $rc_all"
+echo "== A/B (rep, build, row, ms)"; cat "$OUTDIR/ab.txt"
 cat "$OUTDIR/summary_bwd.md" "$OUTDIR/summary_fwd.md"; sed -n '/^| T/,$p' "$L/bench_bwd_interleaved.log"
 exit $rc_all
