@@ -36,7 +36,11 @@ if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# STEPS (default "table ab tests san") picks the parts below; "ab" is the A/B with dq3's suite
+# and sanitizers.
+want() { [[ " ${STEPS:-table ab tests san} " == *" $1 "* ]]; }
 # 1. The table.
+if want table; then
 step bench_bwd_ours 120 "$BIN/bench_attention_backward_gpu" --runs "$RUNS" --json "$L/bench_bwd_ours.json"
 step bench_bwd_peers 150 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$L/bench_bwd_peers.json"
 python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_peers.json" > "$OUTDIR/summary_bwd.md" 2>&1
@@ -49,10 +53,11 @@ step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/benc
 step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
 python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" > "$OUTDIR/summary_fwd.md" 2>&1
 pack
+fi
 # 1b. A/B of the fused dq's Q/dO ring (dq3.patch): base (2 stages), dq2 (dq3.patch's shared-memory
 # layout, 2 stages), dq3 (3 stages); backward only, the fused dq forced, PT/SFT 8K and 32K,
 # median of 9, interleaved twice.
-for rep in 1 2; do
+want ab && for rep in 1 2; do
   for v in base dq2 dq3; do
     bin=$BIN/bench_attention_backward_gpu; [ $v != base ] && bin=${bin}_$v
     ORTHROS_BWD_FUSED_DQ=1 step ab_${v}_$rep 60 "$bin" --backward-only --runs 9 --seq-lens 8192,32768
@@ -61,6 +66,7 @@ for rep in 1 2; do
 done
 pack
 # 2. The GPU tests on both paths.
+if want tests; then
 for path in automatic generic fused unpiped serial; do
   kernel=automatic fused= pipe= concurrent=
   case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
@@ -79,10 +85,13 @@ for band in "" 7; do ORTHROS_FWD_BAND=$band step tests_kernels$band 120 "$BIN/te
 step tests_layer 60 "$BIN/test_layer_gpu"
 for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
 pack
-ORTHROS_BWD_FUSED_DQ=1 step tests_bwd_dq3_fused 60 "$BIN/test_attention_backward_gpu_dq3"
-step tests_bwd_dq3 60 "$BIN/test_attention_backward_gpu_dq3"
+fi
+if want ab; then
+  ORTHROS_BWD_FUSED_DQ=1 step tests_bwd_dq3_fused 60 "$BIN/test_attention_backward_gpu_dq3"
+  step tests_bwd_dq3 60 "$BIN/test_attention_backward_gpu_dq3"
+fi
 # 3. The sanitizers.
-for variant in "" fused unpiped; do
+want san && for variant in "" fused unpiped; do
   fused= pipe=; case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
   for tool in memcheck racecheck initcheck synccheck; do
     ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe step san_bwd_$tool$variant 60 compute-sanitizer --tool $tool \
@@ -90,17 +99,17 @@ for variant in "" fused unpiped; do
   done
 done
 pack
-for tool in memcheck racecheck initcheck synccheck; do
+want ab && for tool in memcheck racecheck initcheck synccheck; do
   ORTHROS_BWD_FUSED_DQ=1 step san_bwd_dq3_$tool 60 compute-sanitizer --tool $tool --error-exitcode 3 \
     "$BIN/test_attention_backward_gpu_dq3" --gtest_filter='*SanitizerSmall*'
 done
-for tool in memcheck racecheck initcheck synccheck; do
+want san && for tool in memcheck racecheck initcheck synccheck; do
   RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
     --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
   pack
 done
-rm -rf "$PKG"
+rm -rf "${PKG:-}"
 st "all steps exit $rc_all"
-echo "== A/B (rep, build, row, ms)"; cat "$OUTDIR/ab.txt"
-cat "$OUTDIR/summary_bwd.md" "$OUTDIR/summary_fwd.md"; sed -n '/^| T/,$p' "$L/bench_bwd_interleaved.log"
+echo "== A/B (rep, build, row, ms)"; cat "$OUTDIR/ab.txt" 2>/dev/null
+cat "$OUTDIR/summary_bwd.md" "$OUTDIR/summary_fwd.md" 2>/dev/null; sed -n '/^| T/,$p' "$L/bench_bwd_interleaved.log" 2>/dev/null
 exit $rc_all
