@@ -4,11 +4,12 @@
 # call's time budget (BUDGET seconds, default 560) still holds its time limit:
 #   1. the table: our backward benchmark, the backward peers (two processes), ours and cuDNN in one
 #      process, our forward benchmark, the forward peers (median of RUNS, default 15);
-#   1b. an A/B of the fused dq's Q/dO ring, 2 against 3 stages (dq3.patch; binaries *_dq2, *_dq3);
+#   1b. an A/B of the fused dq's Q/dO ring, 2 against 3 stages, and of an L2 prefetch of Q/dO
+#       (variants.patch; binaries *_dq2, *_dq3, *_pf1, *_pf2, *_dq3pf1);
 #   2. the GPU tests: backward on five paths, layer backward, verify --grad; forward on both paths,
-#      the kernel-family tests, the layer forward, verify --device cuda; dq3's suite;
+#      the kernel-family tests, the layer forward, verify --device cuda; the suite of dq3 and pf1;
 #   3. compute-sanitizer (memcheck, racecheck, initcheck, synccheck): backward SanitizerSmall on three
-#      loops and dq3's fused dq, then the forward suite (few draws) on the Hopper path.
+#      loops and the fused dq of dq3 and pf1, then the forward suite (few draws) on the Hopper path.
 # Logs are packed after each step (the device returns 8 files). From the repository root after
 # ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and bash ci/gpu_stage_python.sh
 # (carry build-xz, build-py312-carry, .whl):   bash bench/results/2026-12-06-h200-final/run1.sh
@@ -54,11 +55,12 @@ step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/be
 python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" > "$OUTDIR/summary_fwd.md" 2>&1
 pack
 fi
-# 1b. A/B of the fused dq's Q/dO ring (dq3.patch): base (2 stages), dq2 (dq3.patch's shared-memory
-# layout, 2 stages), dq3 (3 stages); backward only, the fused dq forced, PT/SFT 8K and 32K,
-# median of 9, interleaved twice.
+# 1b. A/B of the fused dq's Q/dO ring and an L2 prefetch (variants.patch): base (2 stages), dq2
+# (the patch's shared-memory layout, 2 stages), dq3 (3 stages), pf1 / pf2 (the producer prefetches
+# the Q/dO of the row block 1 / 2 ahead into L2), dq3pf1; backward only, the fused dq forced,
+# PT/SFT 8K and 32K, median of 9, interleaved twice.
 want ab && for rep in 1 2; do
-  for v in base dq2 dq3; do
+  for v in base dq2 dq3 pf1 pf2 dq3pf1; do
     bin=$BIN/bench_attention_backward_gpu; [ $v != base ] && bin=${bin}_$v
     ORTHROS_BWD_FUSED_DQ=1 step ab_${v}_$rep 60 "$bin" --backward-only --runs 9 --seq-lens 8192,32768
     grep -E "_bwd " "$L/ab_${v}_$rep.log" | awk -v b=$v -v r=$rep '{print r, b, $1, $(NF-1)}' | tee -a "$OUTDIR/ab.txt"
@@ -87,8 +89,9 @@ for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN
 pack
 fi
 if want ab; then
-  ORTHROS_BWD_FUSED_DQ=1 step tests_bwd_dq3_fused 60 "$BIN/test_attention_backward_gpu_dq3"
-  step tests_bwd_dq3 60 "$BIN/test_attention_backward_gpu_dq3"
+  for v in dq3 pf1; do
+    ORTHROS_BWD_FUSED_DQ=1 step tests_bwd_${v}_fused 60 "$BIN/test_attention_backward_gpu_$v"
+  done
 fi
 # 3. The sanitizers.
 want san && for variant in "" fused unpiped; do
@@ -99,9 +102,11 @@ want san && for variant in "" fused unpiped; do
   done
 done
 pack
-want ab && for tool in memcheck racecheck initcheck synccheck; do
-  ORTHROS_BWD_FUSED_DQ=1 step san_bwd_dq3_$tool 60 compute-sanitizer --tool $tool --error-exitcode 3 \
-    "$BIN/test_attention_backward_gpu_dq3" --gtest_filter='*SanitizerSmall*'
+want ab && for v in dq3 pf1; do
+  for tool in memcheck racecheck initcheck synccheck; do
+    ORTHROS_BWD_FUSED_DQ=1 step san_bwd_${v}_$tool 60 compute-sanitizer --tool $tool --error-exitcode 3 \
+      "$BIN/test_attention_backward_gpu_$v" --gtest_filter='*SanitizerSmall*'
+  done
 done
 want san && for tool in memcheck racecheck initcheck synccheck; do
   RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
