@@ -5,7 +5,7 @@
 #   1. the table: our backward benchmark, the backward peers (two processes), ours and cuDNN in one
 #      process, our forward benchmark, the forward peers (median of RUNS, default 15);
 #   1b. an A/B of the fused dq's Q/dO ring, 2 against 3 stages, and of an L2 prefetch of Q/dO
-#       (variants.patch; binaries *_dq2, *_dq3, *_pf1, *_pf2, *_dq3pf1);
+#       (variants.patch; binaries *_dq2, *_dq3, *_pf1, *_pf2, *_dq3pf1, *_nolse);
 #   2. the GPU tests: backward on five paths, layer backward, verify --grad; forward on both paths,
 #      the kernel-family tests, the layer forward, verify --device cuda; the suite of dq3 and pf1;
 #   3. compute-sanitizer (memcheck, racecheck, initcheck, synccheck): backward SanitizerSmall on three
@@ -57,10 +57,11 @@ pack
 fi
 # 1b. A/B of the fused dq's Q/dO ring and an L2 prefetch (variants.patch): base (2 stages), dq2
 # (the patch's shared-memory layout, 2 stages), dq3 (3 stages), pf1 / pf2 (the producer prefetches
-# the Q/dO of the row block 1 / 2 ahead into L2), dq3pf1; backward only, the fused dq forced,
+# the Q/dO of the row block 1 / 2 ahead into L2), dq3pf1, nolse (diagnostic, wrong gradients: the
+# producer loads no lse2/Δ, to time its part); backward only, the fused dq forced,
 # PT/SFT 8K and 32K, median of 9, interleaved twice.
 want ab && for rep in 1 2; do
-  for v in base dq2 dq3 pf1 pf2 dq3pf1; do
+  for v in base dq2 dq3 pf1 pf2 dq3pf1 nolse; do
     bin=$BIN/bench_attention_backward_gpu; [ $v != base ] && bin=${bin}_$v
     ORTHROS_BWD_FUSED_DQ=1 step ab_${v}_$rep 60 "$bin" --backward-only --runs 9 --seq-lens 8192,32768
     grep -E "_bwd " "$L/ab_${v}_$rep.log" | awk -v b=$v -v r=$rep '{print r, b, $1, $(NF-1)}' | tee -a "$OUTDIR/ab.txt"
