@@ -11,6 +11,8 @@
 # them), our benchmark, the PyTorch/cuDNN peers, with build-py312-carry (ci/gpu_stage_python.sh)
 # ours and cuDNN interleaved in one process (bench/gpu/peers_backward_interleaved.py), the summary
 # tables last. Logs under $OUT.
+# ORTHROS_SKIP_TESTS, ORTHROS_SKIP_SANITIZER and ORTHROS_SKIP_BENCH (any value) leave out the
+# tests (GPU tests and verify --grad), the sanitizers or the benchmarks, to split the job over calls.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)

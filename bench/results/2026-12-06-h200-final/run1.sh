@@ -5,11 +5,15 @@
 #   1. the table: our backward benchmark, the backward peers (two processes), ours and cuDNN in one
 #      process, our forward benchmark, the forward peers (median of RUNS, default 15);
 #   1b. an A/B of the fused dq's Q/dO ring, 2 against 3 stages, and of an L2 prefetch of Q/dO
-#       (variants.patch; binaries *_dq2, *_dq3, *_pf1, *_pf2, *_dq3pf1, *_nolse);
+#       (variants.patch; binaries *_dq2, *_dq3, *_pf1, *_pf2, *_dq3pf1, *_nolse), then the backward
+#       suite and the four sanitizers (SanitizerSmall) of dq3 and pf1 with the fused dq forced;
 #   2. the GPU tests: backward on five paths, layer backward, verify --grad; forward on both paths,
-#      the kernel-family tests, the layer forward, verify --device cuda; the suite of dq3 and pf1;
+#      the kernel-family tests, the layer forward, verify --device cuda;
 #   3. compute-sanitizer (memcheck, racecheck, initcheck, synccheck): backward SanitizerSmall on three
-#      loops and the fused dq of dq3 and pf1, then the forward suite (few draws) on the Hopper path.
+#      loops, then the forward suite (few draws) on the Hopper path.
+# (After the two calls that ran it: the `pack` behind the A/B's sanitizers and the PYTHONPATH
+# without a trailing colon were added; call 1's sanitizer logs were therefore not returned, only
+# their summary lines in call1/summary.txt.)
 # Logs are packed after each step (the device returns 8 files). From the repository root after
 # ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh and bash ci/gpu_stage_python.sh
 # (carry build-xz, build-py312-carry, .whl):   bash bench/results/2026-12-06-h200-final/run1.sh
@@ -48,7 +52,7 @@ python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_p
 pack
 source ci/python_package.sh
 PKG=$(orthros_python_package build-py312-carry)
-PYTHONPATH="$PKG:${PYTHONPATH:-}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
+PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
   step bench_bwd_interleaved 150 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$L/bench_bwd_interleaved.json"
 step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/bench_fwd_ours.json"
 step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
@@ -109,6 +113,7 @@ want ab && for v in dq3 pf1; do
       "$BIN/test_attention_backward_gpu_$v" --gtest_filter='*SanitizerSmall*'
   done
 done
+want ab && pack
 want san && for tool in memcheck racecheck initcheck synccheck; do
   RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
     --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
