@@ -24,6 +24,7 @@ import torch
 
 import orthros._cuda as C
 import orthros.torch as ot
+from peers_common import timed_ms
 
 HQ, HKV, D, W = 32, 8, 128, 128
 BF16 = torch.bfloat16
@@ -98,16 +99,6 @@ class Case:
         return g.replay
 
 
-def sample_ms(fn, calls):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(calls):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / calls
-
-
 def same_bits(case):
     """The op's outputs against the extension's (same kernels, same inputs: equal bits)."""
     case.ext()
@@ -154,7 +145,7 @@ def main():
         times = {p: [] for p in paths}
         for _ in range(a.samples):  # interleaved: drift hits every path alike
             for p, fn in paths.items():
-                times[p].append(sample_ms(fn, a.calls))
+                times[p].append(timed_ms(fn, a.calls))
         med = {p: statistics.median(v) for p, v in times.items()}
         row = dict(name=name, B=B, P=P, T=T, T_out=T_out, grad=grad, same_bits=bits,
                    ms={p: round(v, 5) for p, v in med.items()},

@@ -1,8 +1,9 @@
-"""Shared by peers.py (forward peers) and peers_backward.py (backward peers): the attention shape,
-the command line, CUDA-event timing (the L2 flushed before every sample, as the C++ benchmarks'
-GPU harness does) and the row recorder.
+"""Shared by the PyTorch-side benchmark scripts (peers.py, peers_backward.py,
+peers_backward_interleaved.py, bench_torch_ops.py): the attention shape, the command line, CUDA-event
+timing (timed_ms; sample_ms flushes the L2 before every sample, as the C++ benchmarks' GPU harness
+does) and the row recorder.
 
-Both scripts run as `python3 bench/gpu/peers*.py` (ci/gpu.sh, ci/gpu_backward.sh), so this
+Each runs as `python3 bench/gpu/<script>.py` (ci/gpu.sh, ci/gpu_backward.sh, ci/gpu_torch.sh), so this
 directory is on sys.path and `import peers_common` finds this file.
 """
 import argparse
@@ -48,15 +49,20 @@ def sample_ms(fn):
     with the GPU's work."""
     flush_l2()
     torch.cuda.synchronize()
+    return timed_ms(fn, CALLS_PER_SAMPLE[0])
+
+
+def timed_ms(fn, calls):
+    """`calls` calls of fn back to back between two CUDA events, in ms per call (no flush, no
+    synchronization before: the caller's choice)."""
     a = torch.cuda.Event(enable_timing=True)
     b = torch.cuda.Event(enable_timing=True)
-    per = CALLS_PER_SAMPLE[0]
     a.record()
-    for _ in range(per):
+    for _ in range(calls):
         fn()
     b.record()
     b.synchronize()
-    return a.elapsed_time(b) / per
+    return a.elapsed_time(b) / calls
 
 
 def median_ms(fn, runs, warm=3):
