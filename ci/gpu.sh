@@ -11,6 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)
+source ci/python_package.sh  # orthros_carried_wheels
 RUNS=${ORTHROS_BENCH_RUNS:-25}
 QUICK=${ORTHROS_BENCH_QUICK:+--quick}
 
@@ -84,10 +85,7 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   echo "== benchmarks (PyTorch and cuDNN peers)"
   # cuDNN's sliding-window forward needs nvidia-cudnn-frontend==1.32.0, carried as a wheel:
   # here `pip download --no-deps --only-binary=:all: --python-version 3.12 nvidia-cudnn-frontend==1.32.0 -d .whl/`.
-  if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  fi
+  orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
   timeout 400 python3 bench/gpu/peers.py --runs "$RUNS" $QUICK --json "$OUTDIR/bench_peers.json" 2>&1 \
     | grep -v Warning | tee "$OUTDIR/bench_peers.log"
   echo "== summary"

@@ -16,6 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source ci/gpu_env.sh  # BIN, OUTDIR, LD_LIBRARY_PATH (cuBLAS, NCCL)
+source ci/python_package.sh  # orthros_carried_wheels, orthros_python_package
 RUNS=${ORTHROS_BENCH_RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; cat "$BIN/COMMIT" 2>/dev/null; date -u; } \
   | tee "$OUTDIR/env.txt"
@@ -84,10 +85,7 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   timeout 200 "$BIN/bench_attention_backward_gpu" --runs "$RUNS" --json "$OUTDIR/bench_bwd_ours.json" 2>&1 \
     | tee "$OUTDIR/bench_bwd_ours.log"
   echo "== benchmark (peers)"
-  if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  fi
+  orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
   timeout 300 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$OUTDIR/bench_bwd_peers.json" 2>&1 \
     | grep -v Warning | tee "$OUTDIR/bench_bwd_peers.log"
   # Ours and the cuDNN peers in one process, sample by sample in turn (the check of the two-process
@@ -96,8 +94,7 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   if [ -d "$PYCARRY/orthros" ]; then
     echo "== benchmark (ours and cuDNN interleaved, one process; extension built at $(head -1 "$PYCARRY/COMMIT"))"
     head -1 "$PYCARRY/COMMIT" | sed 's/^/python carry: /' >> "$OUTDIR/env.txt"
-    source ci/python_package.sh
-    PKG=$(orthros_python_package "$PYCARRY")
+      PKG=$(orthros_python_package "$PYCARRY")
     PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$(cd "$PYCARRY" && pwd):$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
       timeout 300 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$OUTDIR/bench_bwd_interleaved.json" \
       2>&1 | grep -v Warning | tee "$OUTDIR/bench_bwd_interleaved.log"

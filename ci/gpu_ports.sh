@@ -31,10 +31,8 @@ fi
 PY=${PYTHON:-python3}
 P="$OUTDIR/ports"
 mkdir -p "$P"
-if [ -z "${PORTS_NO_INSTALL:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source ci/python_package.sh
+[ -z "${PORTS_NO_INSTALL:-}" ] && orthros_carried_wheels "$PY" '*.whl'
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; git rev-parse HEAD 2>/dev/null
   "$PY" - <<'PYV'
 import importlib, torch
