@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Device call for issue 20 (2026-12-07, ninth session). Binaries: base (HEAD's kernels, cuda/ =
+# c8af6de's) and three variants of the Hopper backward, each built from HEAD plus a patch of this
+# folder:
+#   bulk     stats-bulk.patch: Δ and lse2 stored [H_kv][rows][group], so a row block's 64 values
+#            are contiguous and the Hopper producer loads each with one 256-byte bulk copy;
+#   desc     desc.patch: each CTA visits its output row blocks in descending order, so the
+#            concurrent CTAs of a head read the same Q/dO row block (and add to the same dq chunk)
+#            at about the same time;
+#   bulkdesc both.
+# Steps, most important first, each only if the call's budget (BUDGET s, default 560) still holds
+# its time limit; STEPS picks them (default "ab table vtests vsan tests san"):
+#   ab      backward only, PT/SFT 8K and 32K, median of 9, the default dispatch and the fused dq
+#           forced, the four builds interleaved, two rounds;
+#   table   our backward benchmark for the four builds (median of RUNS, default 15), the backward
+#           peers (cuDNN window + causal, FA2), our forward benchmark, the forward peers;
+#   vtests  the variants' backward suites (bulk on the five paths, desc and bulkdesc on two), bulk's
+#           layer backward and `orthros verify --grad`;
+#   vsan    the four sanitizers on the variants' SanitizerSmall;
+#   tests   base's GPU tests (run1.sh of 2026-12-06: backward five paths, layer, verify --grad,
+#           forward both paths, kernel families, layer forward, verify);
+#   san     the four sanitizers on base (backward three loops, forward Hopper path).
+# From the repository root, after staging (bench/results/2026-12-07-h200/stage.sh), carry
+# build-xz3 and .whl:   bash bench/results/2026-12-07-h200/run.sh
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+# Its own binaries' folder, so that a warm machine's earlier unpacked carry is not used instead.
+export ORTHROS_GPU_BIN=build-cuda-carry-0707
+if [ ! -x "$ORTHROS_GPU_BIN/bench_attention_backward_gpu_bulkdesc" ]; then
+  rm -rf "$ORTHROS_GPU_BIN" && mkdir -p "$ORTHROS_GPU_BIN" && tar -xJf build-xz3/carry.tar.xz -C "$ORTHROS_GPU_BIN" || exit 1
+fi
+source ci/gpu_env.sh
+BUDGET=${BUDGET:-560} RUNS=${RUNS:-15}
+L=$OUTDIR/logs; mkdir -p "$L"
+pack() { tar -C "$OUTDIR" -cJf "$OUTDIR/logs.tar.xz" logs; }
+st() { echo "[$SECONDS s] $*" | tee -a "$OUTDIR/summary.txt"; }
+rc_all=0
+step() {
+  local name=$1 limit=$2; shift 2
+  if [ $((SECONDS + limit)) -gt "$BUDGET" ]; then st "$name: SKIPPED (budget)"; return; fi
+  timeout "$limit" "$@" > "$L/$name.log" 2>&1
+  local rc=$?; [ $rc_all -eq 0 ] && rc_all=$rc
+  st "$name exit $rc: $(grep -hE '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' "$L/$name.log" | head -2 | tr '\n' ' ')"
+  [ $rc -ne 0 ] && grep -E -A4 "Failure|FAILED|rror" "$L/$name.log" | head -12
+}
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
+  cat "$BIN/COMMIT"; date -u; } | tee "$OUTDIR/env.txt"
+for v in bulk desc bulkdesc; do [ -x "$BIN/bench_attention_backward_gpu_$v" ] || { echo "missing the $v build"; exit 1; }; done
+if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
+  source ci/python_package.sh
+  orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
+fi
+want() { [[ " ${STEPS:-ab table vtests vsan tests san} " == *" $1 "* ]]; }
+bwd_bin() { [ "$1" = base ] && echo "$BIN/$2" || echo "$BIN/$2_$1"; }
+if want ab; then
+  for rep in 1 2; do
+    for mode in default fused; do
+      fz=; [ $mode = fused ] && fz=1
+      for v in base bulk desc bulkdesc; do
+        ORTHROS_BWD_FUSED_DQ=$fz step ab_${v}_${mode}_$rep 60 "$(bwd_bin $v bench_attention_backward_gpu)" --backward-only --runs 9 --seq-lens 8192,32768
+        grep -E "_bwd " "$L/ab_${v}_${mode}_$rep.log" | awk -v b=$v -v m=$mode -v r=$rep '{print r, m, b, $1, $(NF-1)}' | tee -a "$OUTDIR/ab.txt"
+      done
+    done
+  done
+  pack
+fi
+if want table; then
+  for v in base bulk desc bulkdesc; do
+    step bench_bwd_$v 120 "$(bwd_bin $v bench_attention_backward_gpu)" --runs "$RUNS" --json "$L/bench_bwd_$v.json"
+  done
+  step bench_bwd_peers 150 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$L/bench_bwd_peers.json"
+  for v in base bulk desc bulkdesc; do
+    { echo "== backward, $v"; python3 bench/gpu/summarize_backward.py "$L/bench_bwd_$v.json" "$L/bench_bwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
+  done
+  step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/bench_fwd_ours.json"
+  step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
+  { echo "== forward"; python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
+  pack
+fi
+# The backward suite on a path: automatic, generic, fused, unpiped or serial.
+suite() {
+  local v=$1 path=$2 kernel=automatic fused= pipe= concurrent=
+  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
+  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
+    step tests_bwd_${v}_$path 60 "$(bwd_bin $v test_attention_backward_gpu)"
+}
+if want vtests; then
+  for path in automatic fused generic unpiped serial; do suite bulk $path; done
+  for v in desc bulkdesc; do for path in automatic fused; do suite $v $path; done; done
+  for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd_bulk$fused 60 "$BIN/test_layer_backward_gpu_bulk"; done
+  step verify_grad_bulk_qwen3-8b 60 "$BIN/orthros_bulk" verify --grad --device cuda --config qwen3-8b --seq-len 256
+  pack
+fi
+# compute-sanitizer on SanitizerSmall of build $1 with the fused dq forced (fused), the pipelined
+# loop off (unpiped) or the default dispatch.
+sanitize() {
+  local v=$1 variant=$2 fused= pipe=; case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
+  for tool in memcheck racecheck initcheck synccheck; do
+    ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe step san_bwd_${v}_$tool$variant 60 compute-sanitizer --tool $tool \
+      --error-exitcode 3 "$(bwd_bin $v test_attention_backward_gpu)" --gtest_filter='*SanitizerSmall*'
+  done
+}
+if want vsan; then
+  for variant in "" fused; do sanitize bulk "$variant"; sanitize bulkdesc "$variant"; done
+  sanitize desc fused
+  pack
+fi
+if want tests; then
+  for path in automatic generic fused unpiped serial; do suite base $path; done
+  for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd$fused 60 "$BIN/test_layer_backward_gpu"; done
+  for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
+    set -- $cfg; step verify_grad_$1 60 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2
+  done
+  pack
+  for kernel in automatic generic; do
+    ORTHROS_TEST_KERNEL=$kernel RC_PARAMS=max_success=100 step tests_fwd_$kernel 150 "$BIN/test_attention_gpu"
+  done
+  for band in "" 7; do ORTHROS_FWD_BAND=$band step tests_kernels$band 120 "$BIN/test_attention_kernels_gpu"; done
+  step tests_layer 60 "$BIN/test_layer_gpu"
+  for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
+  pack
+fi
+if want san; then
+  for variant in "" fused unpiped; do sanitize base "$variant"; done
+  pack
+  for tool in memcheck racecheck initcheck synccheck; do
+    RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
+      --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
+    pack
+  done
+fi
+st "all steps exit $rc_all"
+echo "== A/B (rep, mode, build, row, ms)"; cat "$OUTDIR/ab.txt" 2>/dev/null
+cat "$OUTDIR/tables.md" 2>/dev/null
+exit $rc_all
