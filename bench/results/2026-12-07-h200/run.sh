@@ -21,7 +21,7 @@
 #           forward both paths, kernel families, layer forward, verify);
 #   san     the four sanitizers on base (backward three loops, forward Hopper path).
 # From the repository root, after staging (bench/results/2026-12-07-h200/stage.sh), carry
-# build-xz3 and .whl:   bash bench/results/2026-12-07-h200/run.sh
+# build-xz3, .whl and build-py312-carry (ci/gpu_stage_python.sh, without its orthros-cli):   bash bench/results/2026-12-07-h200/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 # Its own binaries' folder, so that a warm machine's earlier unpacked carry is not used instead.
@@ -46,8 +46,8 @@ step() {
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   cat "$BIN/COMMIT"; date -u; } | tee "$OUTDIR/env.txt"
 for v in bulk desc bulkdesc; do [ -x "$BIN/bench_attention_backward_gpu_$v" ] || { echo "missing the $v build"; exit 1; }; done
+source ci/python_package.sh
 if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
-  source ci/python_package.sh
   orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
 fi
 want() { [[ " ${STEPS:-ab table vtests vsan tests san} " == *" $1 "* ]]; }
@@ -72,6 +72,14 @@ if want table; then
   for v in base bulk desc bulkdesc; do
     { echo "== backward, $v"; python3 bench/gpu/summarize_backward.py "$L/bench_bwd_$v.json" "$L/bench_bwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
   done
+  # Ours and cuDNN's two calls in one process, interleaved (base; the Python package of
+  # build-py312-carry, when carried).
+  if [ -d build-py312-carry ]; then
+    PKG=$(orthros_python_package build-py312-carry)
+    PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
+      step bench_bwd_interleaved 150 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$L/bench_bwd_interleaved.json"
+    rm -rf "$PKG"
+  fi
   step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/bench_fwd_ours.json"
   step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
   { echo "== forward"; python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
@@ -131,5 +139,5 @@ if want san; then
 fi
 st "all steps exit $rc_all"
 echo "== A/B (rep, mode, build, row, ms)"; cat "$OUTDIR/ab.txt" 2>/dev/null
-cat "$OUTDIR/tables.md" 2>/dev/null
+cat "$OUTDIR/tables.md" 2>/dev/null; sed -n '/^| T/,$p' "$L/bench_bwd_interleaved.log" 2>/dev/null
 exit $rc_all
