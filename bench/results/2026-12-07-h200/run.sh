@@ -7,14 +7,18 @@
 #   desc     desc.patch: each CTA visits its output row blocks in descending order, so the
 #            concurrent CTAs of a head read the same Q/dO row block (and add to the same dq chunk)
 #            at about the same time;
-#   bulkdesc both.
+#   bulkdesc both;
+#   redv4    redv4.patch: the fused dq's consumers add their dQ tile to the float32 accumulator
+#            straight from registers (red.global.add.v4.f32, 16 bytes per thread and step) instead
+#            of staging it in shared memory for the dq writer's bulk reduction;
+#   descredv4 desc and redv4.
 # Steps, most important first, each only if the call's budget (BUDGET s, default 560) still holds
 # its time limit; STEPS picks them (default "ab table vtests vsan tests san"):
 #   ab      backward only, PT/SFT 8K and 32K, median of 9, the default dispatch and the fused dq
-#           forced, the four builds interleaved, two rounds;
-#   table   our backward benchmark for the four builds (median of RUNS, default 15), the backward
+#           forced, the six builds interleaved, two rounds;
+#   table   our backward benchmark for the six builds (median of RUNS, default 15), the backward
 #           peers (cuDNN window + causal, FA2), our forward benchmark, the forward peers;
-#   vtests  the variants' backward suites (bulk on the five paths, desc and bulkdesc on two), bulk's
+#   vtests  the variants' backward suites (bulk on the five paths, the others on two), bulk's
 #           layer backward and `orthros verify --grad`;
 #   vsan    the four sanitizers on the variants' SanitizerSmall;
 #   tests   base's GPU tests (run1.sh of 2026-12-06: backward five paths, layer, verify --grad,
@@ -26,7 +30,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 # Its own binaries' folder, so that a warm machine's earlier unpacked carry is not used instead.
 export ORTHROS_GPU_BIN=build-cuda-carry-0707
-if [ ! -x "$ORTHROS_GPU_BIN/bench_attention_backward_gpu_bulkdesc" ]; then
+if [ ! -x "$ORTHROS_GPU_BIN/bench_attention_backward_gpu_descredv4" ]; then
   rm -rf "$ORTHROS_GPU_BIN" && mkdir -p "$ORTHROS_GPU_BIN" && tar -xJf build-xz3/carry.tar.xz -C "$ORTHROS_GPU_BIN" || exit 1
 fi
 source ci/gpu_env.sh
@@ -45,7 +49,7 @@ step() {
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   cat "$BIN/COMMIT"; date -u; } | tee "$OUTDIR/env.txt"
-for v in bulk desc bulkdesc; do [ -x "$BIN/bench_attention_backward_gpu_$v" ] || { echo "missing the $v build"; exit 1; }; done
+for v in bulk desc bulkdesc redv4 descredv4; do [ -x "$BIN/bench_attention_backward_gpu_$v" ] || { echo "missing the $v build"; exit 1; }; done
 source ci/python_package.sh
 if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
   orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
@@ -56,7 +60,7 @@ if want ab; then
   for rep in 1 2; do
     for mode in default fused; do
       fz=; [ $mode = fused ] && fz=1
-      for v in base bulk desc bulkdesc; do
+      for v in base bulk desc bulkdesc redv4 descredv4; do
         ORTHROS_BWD_FUSED_DQ=$fz step ab_${v}_${mode}_$rep 60 "$(bwd_bin $v bench_attention_backward_gpu)" --backward-only --runs 9 --seq-lens 8192,32768
         grep -E "_bwd " "$L/ab_${v}_${mode}_$rep.log" | awk -v b=$v -v m=$mode -v r=$rep '{print r, m, b, $1, $(NF-1)}' | tee -a "$OUTDIR/ab.txt"
       done
@@ -65,11 +69,11 @@ if want ab; then
   pack
 fi
 if want table; then
-  for v in base bulk desc bulkdesc; do
+  for v in base bulk desc bulkdesc redv4 descredv4; do
     step bench_bwd_$v 120 "$(bwd_bin $v bench_attention_backward_gpu)" --runs "$RUNS" --json "$L/bench_bwd_$v.json"
   done
   step bench_bwd_peers 150 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$L/bench_bwd_peers.json"
-  for v in base bulk desc bulkdesc; do
+  for v in base bulk desc bulkdesc redv4 descredv4; do
     { echo "== backward, $v"; python3 bench/gpu/summarize_backward.py "$L/bench_bwd_$v.json" "$L/bench_bwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
   done
   # Ours and cuDNN's two calls in one process, interleaved (base; the Python package of
@@ -94,7 +98,7 @@ suite() {
 }
 if want vtests; then
   for path in automatic fused generic unpiped serial; do suite bulk $path; done
-  for v in desc bulkdesc; do for path in automatic fused; do suite $v $path; done; done
+  for v in desc bulkdesc redv4 descredv4; do for path in automatic fused; do suite $v $path; done; done
   for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd_bulk$fused 60 "$BIN/test_layer_backward_gpu_bulk"; done
   step verify_grad_bulk_qwen3-8b 60 "$BIN/orthros_bulk" verify --grad --device cuda --config qwen3-8b --seq-len 256
   pack
@@ -110,7 +114,7 @@ sanitize() {
 }
 if want vsan; then
   for variant in "" fused; do sanitize bulk "$variant"; sanitize bulkdesc "$variant"; done
-  sanitize desc fused
+  for v in desc redv4 descredv4; do sanitize $v fused; done
   pack
 fi
 if want tests; then

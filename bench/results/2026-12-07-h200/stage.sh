@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stages the binaries of run.sh (on the build host, from the repository root, after ci/build.sh):
-# base from HEAD (ci/gpu_stage.sh, the build folder build/), then bulk, desc and bulkdesc from HEAD
+# base from HEAD (ci/gpu_stage.sh, the build folder build/), then desc, bulkdesc, redv4, descredv4
+# and bulk from HEAD
 # plus this folder's patches (cuda/ restored after each), all packed into build-xz3/carry.tar.xz.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -28,6 +29,8 @@ variant() {
 }
 variant desc desc.patch
 variant bulkdesc stats-bulk.patch desc.patch
+variant redv4 redv4.patch
+variant descredv4 desc.patch redv4.patch
 variant bulk stats-bulk.patch
 # build/ back to HEAD's kernels.
 cmake --build build -j2 --target bench_attention_backward_gpu test_attention_backward_gpu test_layer_backward_gpu orthros
