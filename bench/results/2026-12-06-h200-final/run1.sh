@@ -20,21 +20,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source ci/gpu_env.sh
-BUDGET=${BUDGET:-560} RUNS=${RUNS:-15}
-L=$OUTDIR/logs; mkdir -p "$L"
-pack() { tar -C "$OUTDIR" -cJf "$OUTDIR/logs.tar.xz" logs; }
-st() { echo "[$SECONDS s] $*" | tee -a "$OUTDIR/summary.txt"; }
-rc_all=0
-# step NAME LIMIT CMD...: runs CMD under `timeout LIMIT` (stdout+stderr to logs/NAME.log) when the
-# budget still holds LIMIT seconds; else records it as skipped.
-step() {
-  local name=$1 limit=$2; shift 2
-  if [ $((SECONDS + limit)) -gt "$BUDGET" ]; then st "$name: SKIPPED (budget)"; return; fi
-  timeout "$limit" "$@" > "$L/$name.log" 2>&1
-  local rc=$?; [ $rc_all -eq 0 ] && rc_all=$rc
-  st "$name exit $rc: $(grep -hE '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' "$L/$name.log" | head -2 | tr '\n' ' ')"
-  [ $rc -ne 0 ] && grep -E -A4 "Failure|FAILED|rror" "$L/$name.log" | head -12
-}
+source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step
+RUNS=${RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   head -1 "$BIN/COMMIT"; head -1 build-py312-carry/COMMIT; date -u; } | tee "$OUTDIR/env.txt"
 if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then

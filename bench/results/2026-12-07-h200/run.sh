@@ -34,19 +34,8 @@ if [ ! -x "$ORTHROS_GPU_BIN/bench_attention_backward_gpu_descredv4" ]; then
   rm -rf "$ORTHROS_GPU_BIN" && mkdir -p "$ORTHROS_GPU_BIN" && tar -xJf build-xz3/carry.tar.xz -C "$ORTHROS_GPU_BIN" || exit 1
 fi
 source ci/gpu_env.sh
-BUDGET=${BUDGET:-560} RUNS=${RUNS:-15}
-L=$OUTDIR/logs; mkdir -p "$L"
-pack() { tar -C "$OUTDIR" -cJf "$OUTDIR/logs.tar.xz" logs; }
-st() { echo "[$SECONDS s] $*" | tee -a "$OUTDIR/summary.txt"; }
-rc_all=0
-step() {
-  local name=$1 limit=$2; shift 2
-  if [ $((SECONDS + limit)) -gt "$BUDGET" ]; then st "$name: SKIPPED (budget)"; return; fi
-  timeout "$limit" "$@" > "$L/$name.log" 2>&1
-  local rc=$?; [ $rc_all -eq 0 ] && rc_all=$rc
-  st "$name exit $rc: $(grep -hE '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY|^(PASS|FAIL)' "$L/$name.log" | head -2 | tr '\n' ' ')"
-  [ $rc -ne 0 ] && grep -E -A4 "Failure|FAILED|rror" "$L/$name.log" | head -12
-}
+source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step
+RUNS=${RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   cat "$BIN/COMMIT"; date -u; } | tee "$OUTDIR/env.txt"
 for v in bulk desc bulkdesc redv4 descredv4; do [ -x "$BIN/bench_attention_backward_gpu_$v" ] || { echo "missing the $v build"; exit 1; }; done
