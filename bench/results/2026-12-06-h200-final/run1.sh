@@ -20,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source ci/gpu_env.sh
-source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step
+source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step, gpu_tests
 RUNS=${RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   head -1 "$BIN/COMMIT"; head -1 build-py312-carry/COMMIT; date -u; } | tee "$OUTDIR/env.txt"
@@ -60,26 +60,7 @@ want ab && for rep in 1 2; do
 done
 pack
 # 2. The GPU tests on both paths.
-if want tests; then
-for path in automatic generic fused unpiped serial; do
-  kernel=automatic fused= pipe= concurrent=
-  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
-  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
-    step tests_bwd_$path 60 "$BIN/test_attention_backward_gpu"
-done
-for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd$fused 60 "$BIN/test_layer_backward_gpu"; done
-for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
-  set -- $cfg; step verify_grad_$1 60 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2
-done
-pack
-for kernel in automatic generic; do
-  ORTHROS_TEST_KERNEL=$kernel RC_PARAMS=max_success=100 step tests_fwd_$kernel 150 "$BIN/test_attention_gpu"
-done
-for band in "" 7; do ORTHROS_FWD_BAND=$band step tests_kernels$band 120 "$BIN/test_attention_kernels_gpu"; done
-step tests_layer 60 "$BIN/test_layer_gpu"
-for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
-pack
-fi
+want tests && gpu_tests
 if want ab; then
   for v in dq3 pf1; do
     ORTHROS_BWD_FUSED_DQ=1 step tests_bwd_${v}_fused 60 "$BIN/test_attention_backward_gpu_$v"

@@ -34,7 +34,7 @@ if [ ! -x "$ORTHROS_GPU_BIN/bench_attention_backward_gpu_descredv4" ]; then
   rm -rf "$ORTHROS_GPU_BIN" && mkdir -p "$ORTHROS_GPU_BIN" && tar -xJf build-xz3/carry.tar.xz -C "$ORTHROS_GPU_BIN" || exit 1
 fi
 source ci/gpu_env.sh
-source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step
+source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step, bwd_suite, gpu_tests
 RUNS=${RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   cat "$BIN/COMMIT"; date -u; } | tee "$OUTDIR/env.txt"
@@ -78,13 +78,8 @@ if want table; then
   { echo "== forward"; python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
   pack
 fi
-# The backward suite on a path: automatic, generic, fused, unpiped or serial.
-suite() {
-  local v=$1 path=$2 kernel=automatic fused= pipe= concurrent=
-  case $path in generic) kernel=generic ;; fused) fused=1 ;; unpiped) pipe=0 ;; serial) concurrent=0 ;; esac
-  ORTHROS_TEST_KERNEL=$kernel ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe ORTHROS_BWD_CONCURRENT=$concurrent \
-    step tests_bwd_${v}_$path 60 "$(bwd_bin $v test_attention_backward_gpu)"
-}
+# The backward suite of build $1 on path $2 (ci/gpu_steps.sh's bwd_suite).
+suite() { bwd_suite tests_bwd_$1_$2 "$(bwd_bin $1 test_attention_backward_gpu)" $2; }
 if want vtests; then
   for path in automatic fused generic unpiped serial; do suite bulk $path; done
   for v in desc bulkdesc redv4 descredv4; do for path in automatic fused; do suite $v $path; done; done
@@ -106,21 +101,7 @@ if want vsan; then
   for v in desc redv4 descredv4; do sanitize $v fused; done
   pack
 fi
-if want tests; then
-  for path in automatic generic fused unpiped serial; do suite base $path; done
-  for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd$fused 60 "$BIN/test_layer_backward_gpu"; done
-  for cfg in "qwen3-8b 256" "llama3.1-8b 200" "tiny 40"; do
-    set -- $cfg; step verify_grad_$1 60 "$BIN/orthros" verify --grad --device cuda --config $1 --seq-len $2
-  done
-  pack
-  for kernel in automatic generic; do
-    ORTHROS_TEST_KERNEL=$kernel RC_PARAMS=max_success=100 step tests_fwd_$kernel 150 "$BIN/test_attention_gpu"
-  done
-  for band in "" 7; do ORTHROS_FWD_BAND=$band step tests_kernels$band 120 "$BIN/test_attention_kernels_gpu"; done
-  step tests_layer 60 "$BIN/test_layer_gpu"
-  for spec in "tiny 300" "qwen3-8b 1200"; do set -- $spec; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
-  pack
-fi
+want tests && gpu_tests
 if want san; then
   for variant in "" fused unpiped; do sanitize base "$variant"; done
   pack
