@@ -1,7 +1,9 @@
 # Sourced by the budgeted device-call scripts (bench/results/*/run*.sh), after ci/gpu_env.sh
 # (BIN, OUTDIR):
 #   BUDGET            seconds the call's steps may take in all (default 560)
-#   L                 the log folder, $OUTDIR/logs
+#   L                 the log folder, /tmp/orthros-call/logs (emptied here: a warm machine keeps
+#                     /tmp between calls); only its archive goes under $OUTDIR, since the device
+#                     returns at most 8 files
 #   rc_all            the first non-zero exit status of a step (0 while all passed)
 #   st MSG            MSG with the elapsed seconds, to stdout and $OUTDIR/summary.txt
 #   pack              logs/ as $OUTDIR/logs.tar.xz (the device returns at most 8 files)
@@ -10,9 +12,9 @@
 #                     budget still holds LIMIT seconds, else records it as skipped; prints the
 #                     test or sanitizer summary line, and the failures when it fails.
 BUDGET=${BUDGET:-560}
-L=$OUTDIR/logs; mkdir -p "$L"
+L=/tmp/orthros-call/logs; rm -rf "$L"; mkdir -p "$L"
 rc_all=0
-pack() { tar -C "$OUTDIR" -cJf "$OUTDIR/logs.tar.xz" logs; }
+pack() { tar -C "$(dirname "$L")" -cJf "$OUTDIR/logs.tar.xz" logs; }
 st() { echo "[$SECONDS s] $*" | tee -a "$OUTDIR/summary.txt"; }
 step() {
   local name=$1 limit=$2; shift 2

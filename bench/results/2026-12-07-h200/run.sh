@@ -13,19 +13,20 @@
 #            of staging it in shared memory for the dq writer's bulk reduction;
 #   descredv4 desc and redv4.
 # Steps, most important first, each only if the call's budget (BUDGET s, default 560) still holds
-# its time limit; STEPS picks them (default "ab table vtests vsan tests san"):
+# its time limit; STEPS picks them (default "ab vtests table vsan tests san"):
 #   ab      backward only, PT/SFT 8K and 32K, median of 9, the default dispatch and the fused dq
 #           forced, the six builds interleaved, two rounds;
-#   table   our backward benchmark for the six builds (median of RUNS, default 15), the backward
-#           peers (cuDNN window + causal, FA2), our forward benchmark, the forward peers;
 #   vtests  the variants' backward suites (bulk on the five paths, the others on two), bulk's
 #           layer backward and `orthros verify --grad`;
+#   table   our backward benchmark for the six builds (median of RUNS, default 15), the backward
+#           peers (cuDNN window + causal, FA2), our forward benchmark, the forward peers;
 #   vsan    the four sanitizers on the variants' SanitizerSmall;
 #   tests   base's GPU tests (run1.sh of 2026-12-06: backward five paths, layer, verify --grad,
 #           forward both paths, kernel families, layer forward, verify);
 #   san     the four sanitizers on base (backward three loops, forward Hopper path).
 # From the repository root, after staging (bench/results/2026-12-07-h200/stage.sh), carry
-# build-xz3, .whl and build-py312-carry (ci/gpu_stage_python.sh, without its orthros-cli):   bash bench/results/2026-12-07-h200/run.sh
+# build-xz3, .whl and build-py312-carry (ci/gpu_stage_python.sh, without its orthros-cli):
+#   bash bench/results/2026-12-07-h200/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 # Its own binaries' folder, so that a warm machine's earlier unpacked carry is not used instead.
@@ -43,7 +44,7 @@ source ci/python_package.sh
 if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
   orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
 fi
-want() { [[ " ${STEPS:-ab table vtests vsan tests san} " == *" $1 "* ]]; }
+want() { [[ " ${STEPS:-ab vtests table vsan tests san} " == *" $1 "* ]]; }
 bwd_bin() { [ "$1" = base ] && echo "$BIN/$2" || echo "$BIN/$2_$1"; }
 if want ab; then
   for rep in 1 2; do
@@ -55,6 +56,15 @@ if want ab; then
       done
     done
   done
+  pack
+fi
+# The backward suite of build $1 on path $2 (ci/gpu_steps.sh's bwd_suite).
+suite() { bwd_suite tests_bwd_$1_$2 "$(bwd_bin $1 test_attention_backward_gpu)" $2; }
+if want vtests; then
+  for path in automatic fused generic unpiped serial; do suite bulk $path; done
+  for v in desc bulkdesc redv4 descredv4; do for path in automatic fused; do suite $v $path; done; done
+  for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd_bulk$fused 60 "$BIN/test_layer_backward_gpu_bulk"; done
+  step verify_grad_bulk_qwen3-8b 60 "$BIN/orthros_bulk" verify --grad --device cuda --config qwen3-8b --seq-len 256
   pack
 fi
 if want table; then
@@ -76,15 +86,6 @@ if want table; then
   step bench_fwd_ours 90 "$BIN/bench_attention_gpu" --runs "$RUNS" --json "$L/bench_fwd_ours.json"
   step bench_fwd_peers 180 python3 bench/gpu/peers.py --runs "$RUNS" --json "$L/bench_fwd_peers.json"
   { echo "== forward"; python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
-  pack
-fi
-# The backward suite of build $1 on path $2 (ci/gpu_steps.sh's bwd_suite).
-suite() { bwd_suite tests_bwd_$1_$2 "$(bwd_bin $1 test_attention_backward_gpu)" $2; }
-if want vtests; then
-  for path in automatic fused generic unpiped serial; do suite bulk $path; done
-  for v in desc bulkdesc redv4 descredv4; do for path in automatic fused; do suite $v $path; done; done
-  for fused in "" 1; do ORTHROS_BWD_FUSED_DQ=$fused step tests_layer_bwd_bulk$fused 60 "$BIN/test_layer_backward_gpu_bulk"; done
-  step verify_grad_bulk_qwen3-8b 60 "$BIN/orthros_bulk" verify --grad --device cuda --config qwen3-8b --seq-len 256
   pack
 fi
 # compute-sanitizer on SanitizerSmall of build $1 with the fused dq forced (fused), the pipelined

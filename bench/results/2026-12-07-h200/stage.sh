@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=bench/results/2026-12-07-h200
-git diff --quiet -- cuda || { echo "cuda/ has uncommitted changes"; exit 1; }
+[ -z "$(git status --porcelain -- cuda)" ] || { echo "cuda/ has uncommitted or untracked changes"; exit 1; }
+trap 'git checkout -q -- cuda' EXIT  # a failed variant build leaves cuda/ as HEAD has it
 ORTHROS_GPU_BUILD_DIR=build bash ci/gpu_stage.sh
 C=build-cuda-carry
 # Not used by run.sh (and too large for the carry beside the variants).
