@@ -94,7 +94,7 @@ if [ -z "${ORTHROS_SKIP_BENCH:-}" ]; then
   if [ -d "$PYCARRY/orthros" ]; then
     echo "== benchmark (ours and cuDNN interleaved, one process; extension built at $(head -1 "$PYCARRY/COMMIT"))"
     head -1 "$PYCARRY/COMMIT" | sed 's/^/python carry: /' >> "$OUTDIR/env.txt"
-      PKG=$(orthros_python_package "$PYCARRY")
+    PKG=$(orthros_python_package "$PYCARRY")
     PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$(cd "$PYCARRY" && pwd):$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
       timeout 300 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$OUTDIR/bench_bwd_interleaved.json" \
       2>&1 | grep -v Warning | tee "$OUTDIR/bench_bwd_interleaved.log"

@@ -6,7 +6,7 @@
 #                     returns at most 8 files
 #   rc_all            the first non-zero exit status of a step (0 while all passed)
 #   st MSG            MSG with the elapsed seconds, to stdout and $OUTDIR/summary.txt
-#   pack              logs/ as $OUTDIR/logs.tar.xz (the device returns at most 8 files)
+#   pack              logs/ as $OUTDIR/logs.tar.xz
 #   step NAME LIMIT CMD...
 #                     runs CMD under `timeout LIMIT` (stdout and stderr to $L/NAME.log) when the
 #                     budget still holds LIMIT seconds, else records it as skipped; prints the
@@ -53,4 +53,26 @@ gpu_tests() {
   step tests_layer 60 "$BIN/test_layer_gpu"
   for cfg in "tiny 300" "qwen3-8b 1200"; do set -- $cfg; step verify_$1 90 "$BIN/orthros" verify --device cuda --config $1 --seq-len $2; done
   pack
+}
+
+# san_bwd STEM BINARY VARIANT: compute-sanitizer's four tools on BINARY's SanitizerSmall tests, as
+# steps STEM_TOOLVARIANT, with the fused dq forced (VARIANT fused), the pipelined dk/dv loop off
+# (unpiped) or the default dispatch ("").
+san_bwd() {
+  local stem=$1 bin=$2 variant=$3 fused= pipe= tool
+  case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
+  for tool in memcheck racecheck initcheck synccheck; do
+    ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe step ${stem}_$tool$variant 60 compute-sanitizer --tool $tool \
+      --error-exitcode 3 "$bin" --gtest_filter='*SanitizerSmall*'
+  done
+}
+# san_fwd: compute-sanitizer's four tools on $BIN's forward suite (3 draws per property, the three
+# largest cases left out), as steps san_fwd_TOOL, packing the logs after each.
+san_fwd() {
+  local tool
+  for tool in memcheck racecheck initcheck synccheck; do
+    RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
+      --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
+    pack
+  done
 }

@@ -20,14 +20,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source ci/gpu_env.sh
-source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step, gpu_tests
+source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step, gpu_tests, san_bwd, san_fwd
 RUNS=${RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   head -1 "$BIN/COMMIT"; head -1 build-py312-carry/COMMIT; date -u; } | tee "$OUTDIR/env.txt"
-if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source ci/python_package.sh  # orthros_carried_wheels, orthros_python_package
+orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
 # STEPS (default "table ab tests san") picks the parts below; "ab" is the A/B with dq3's suite
 # and sanitizers.
 want() { [[ " ${STEPS:-table ab tests san} " == *" $1 "* ]]; }
@@ -37,7 +35,6 @@ step bench_bwd_ours 120 "$BIN/bench_attention_backward_gpu" --runs "$RUNS" --jso
 step bench_bwd_peers 150 python3 bench/gpu/peers_backward.py --runs "$RUNS" --json "$L/bench_bwd_peers.json"
 python3 bench/gpu/summarize_backward.py "$L/bench_bwd_ours.json" "$L/bench_bwd_peers.json" > "$OUTDIR/summary_bwd.md" 2>&1
 pack
-source ci/python_package.sh
 PKG=$(orthros_python_package build-py312-carry)
 PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" LD_LIBRARY_PATH="$PWD/build-py312-carry:$LD_LIBRARY_PATH" PYTHONDONTWRITEBYTECODE=1 \
   step bench_bwd_interleaved 150 python3 bench/gpu/peers_backward_interleaved.py --runs "$RUNS" --json "$L/bench_bwd_interleaved.json"
@@ -67,13 +64,7 @@ if want ab; then
   done
 fi
 # 3. The sanitizers.
-want san && for variant in "" fused unpiped; do
-  fused= pipe=; case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
-  for tool in memcheck racecheck initcheck synccheck; do
-    ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe step san_bwd_$tool$variant 60 compute-sanitizer --tool $tool \
-      --error-exitcode 3 "$BIN/test_attention_backward_gpu" --gtest_filter='*SanitizerSmall*'
-  done
-done
+want san && for variant in "" fused unpiped; do san_bwd san_bwd "$BIN/test_attention_backward_gpu" "$variant"; done
 pack
 want ab && for v in dq3 pf1; do
   for tool in memcheck racecheck initcheck synccheck; do
@@ -82,11 +73,7 @@ want ab && for v in dq3 pf1; do
   done
 done
 want ab && pack
-want san && for tool in memcheck racecheck initcheck synccheck; do
-  RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
-    --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
-  pack
-done
+want san && san_fwd
 rm -rf "${PKG:-}"
 st "all steps exit $rc_all"
 echo "== A/B (rep, build, row, ms)"; cat "$OUTDIR/ab.txt" 2>/dev/null

@@ -35,15 +35,13 @@ if [ ! -x "$ORTHROS_GPU_BIN/bench_attention_backward_gpu_descredv4" ]; then
   rm -rf "$ORTHROS_GPU_BIN" && mkdir -p "$ORTHROS_GPU_BIN" && tar -xJf build-xz3/carry.tar.xz -C "$ORTHROS_GPU_BIN" || exit 1
 fi
 source ci/gpu_env.sh
-source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step, bwd_suite, gpu_tests
+source ci/gpu_steps.sh  # BUDGET, L, rc_all, st, pack, step, bwd_suite, gpu_tests, san_bwd, san_fwd
 RUNS=${RUNS:-15}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
   cat "$BIN/COMMIT"; date -u; } | tee "$OUTDIR/env.txt"
 for v in bulk desc bulkdesc redv4 descredv4; do [ -x "$BIN/bench_attention_backward_gpu_$v" ] || { echo "missing the $v build"; exit 1; }; done
 source ci/python_package.sh
-if ls .whl/nvidia_cudnn_frontend-*.whl >/dev/null 2>&1; then
-  orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
-fi
+orthros_carried_wheels python3 'nvidia_cudnn_frontend-*.whl'
 want() { [[ " ${STEPS:-ab vtests table vsan tests san} " == *" $1 "* ]]; }
 bwd_bin() { [ "$1" = base ] && echo "$BIN/$2" || echo "$BIN/$2_$1"; }
 if want ab; then
@@ -88,15 +86,8 @@ if want table; then
   { echo "== forward"; python3 bench/gpu/summarize.py "$L/bench_fwd_ours.json" "$L/bench_fwd_peers.json" 2>&1; } >> "$OUTDIR/tables.md"
   pack
 fi
-# compute-sanitizer on SanitizerSmall of build $1 with the fused dq forced (fused), the pipelined
-# loop off (unpiped) or the default dispatch.
-sanitize() {
-  local v=$1 variant=$2 fused= pipe=; case $variant in fused) fused=1 ;; unpiped) pipe=0 ;; esac
-  for tool in memcheck racecheck initcheck synccheck; do
-    ORTHROS_BWD_FUSED_DQ=$fused ORTHROS_BWD_PIPE=$pipe step san_bwd_${v}_$tool$variant 60 compute-sanitizer --tool $tool \
-      --error-exitcode 3 "$(bwd_bin $v test_attention_backward_gpu)" --gtest_filter='*SanitizerSmall*'
-  done
-}
+# The sanitizers on build $1's SanitizerSmall, variant $2 (ci/gpu_steps.sh's san_bwd).
+sanitize() { san_bwd san_bwd_$1 "$(bwd_bin $1 test_attention_backward_gpu)" "$2"; }
 if want vsan; then
   for variant in "" fused; do sanitize bulk "$variant"; sanitize bulkdesc "$variant"; done
   for v in desc redv4 descredv4; do sanitize $v fused; done
@@ -106,11 +97,7 @@ want tests && gpu_tests
 if want san; then
   for variant in "" fused unpiped; do sanitize base "$variant"; done
   pack
-  for tool in memcheck racecheck initcheck synccheck; do
-    RC_PARAMS=max_success=3 step san_fwd_$tool 150 compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/test_attention_gpu" \
-      --gtest_filter='-*RaggedBatchOver48Sequences*:*DecodeSplitCounts4096*:*HopperWindowsAndGroupsMatchGeneric*'
-    pack
-  done
+  san_fwd
 fi
 st "all steps exit $rc_all"
 echo "== A/B (rep, mode, build, row, ms)"; cat "$OUTDIR/ab.txt" 2>/dev/null

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Stages the binaries of run.sh (on the build host, from the repository root, after ci/build.sh):
 # base from HEAD (ci/gpu_stage.sh, the build folder build/), then desc, bulkdesc, redv4, descredv4
-# and bulk from HEAD
-# plus this folder's patches (cuda/ restored after each), all packed into build-xz3/carry.tar.xz.
+# and bulk from HEAD plus this folder's patches (cuda/ restored after each), all packed into
+# build-xz3/carry.tar.xz.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=bench/results/2026-12-07-h200
